@@ -1,0 +1,4 @@
+from nsq.cli import main
+
+if __name__ == "__main__":
+    main()

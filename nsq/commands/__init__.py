@@ -1,0 +1,1 @@
+"""Thin ``nsq`` subcommands: flags in, a call into the library out."""

@@ -1,0 +1,96 @@
+"""Go-style flags for click commands.
+
+Go's flag package accepts ``-flag value``, ``-flag=value``, ``--flag value``
+and ``--flag=value``, and booleans as ``-flag`` or ``-flag=false``. The
+:class:`GoCommand` class rewrites single-dash long flags to double-dash
+before click parses, so scripts written for the Go tools keep working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import click
+
+from nsq.server.durations import format_duration, parse_duration
+
+__all__ = ["GoCommand", "GoBool", "GoDuration", "run_async", "fail"]
+
+
+class GoCommand(click.Command):
+    """A click command that also accepts Go's single-dash long flags."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        out = []
+        passthrough = False
+        for arg in args:
+            if passthrough:
+                out.append(arg)
+                continue
+            if arg == "--":
+                passthrough = True
+            elif arg.startswith("-") and not arg.startswith("--") and len(arg.split("=", 1)[0]) > 2:
+                arg = "-" + arg
+            out.append(arg)
+        return super().parse_args(ctx, out)
+
+
+class GoBool(click.ParamType):
+    """A boolean flag value as Go parses it (true/false/1/0/t/f)."""
+
+    name = "bool"
+    _WORDS = {"true": True, "t": True, "1": True, "false": False, "f": False, "0": False}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> bool:
+        if isinstance(value, bool):
+            return value
+        word = str(value).lower()
+        if word not in self._WORDS:
+            self.fail(f"invalid boolean value {value!r}", param, ctx)
+        return self._WORDS[word]
+
+
+class GoDuration(click.ParamType):
+    """A Go duration (``1m0s``, ``250ms``); converts to seconds (float)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_duration(str(value))
+        except ValueError:
+            self.fail(f"invalid duration {value!r} (examples: 250ms, 2s, 1m0s)", param, ctx)
+
+
+def bool_option(*names: str, default: bool | None, help: str) -> Any:
+    """A Go-style bool flag: ``--name`` or ``--name=false``."""
+    return click.option(*names, type=GoBool(), is_flag=False, flag_value="true", default=default, help=help)
+
+
+def fmt_default(value: Any) -> str:
+    if isinstance(value, float):
+        return format_duration(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return str(value)
+
+
+def run_async(main: Any) -> Any:
+    """Run a coroutine on uvloop when installed, else the stdlib loop."""
+    try:
+        import uvloop  # type: ignore[import-not-found]
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print one error line to stderr and exit non-zero (no traceback)."""
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)

@@ -1,0 +1,131 @@
+"""``nsq nsqd``: run the daemon with Go nsqd's flags and defaults."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+import click
+
+from nsq import NSQ_VERSION, __version__
+from nsq.commands._go import GoBool, GoCommand, GoDuration, fail, fmt_default, run_async
+from nsq.server.nsqd.options import OPTION_SPECS, ConfigError, NSQDOptions, load_config
+
+__all__ = ["nsqd"]
+
+_DEFAULTS = NSQDOptions(node_id=0, broadcast_address="<hostname>")
+
+
+def _param_name(flag: str) -> str:
+    return "opt_" + flag.replace("-", "_")
+
+
+def _add_spec_options(func: Any) -> Any:
+    for spec in reversed(OPTION_SPECS):
+        names = (f"--{spec.flag}", _param_name(spec.flag))
+        default = getattr(_DEFAULTS, spec.cfg)
+        if spec.cfg == "node_id":
+            shown = "hash of hostname"
+        elif spec.cfg == "broadcast_address":
+            shown = "OS hostname"
+        elif spec.kind in ("list", "floatlist"):
+            shown = ""
+        else:
+            shown = fmt_default(default)
+        help_text = spec.help + (f" (default {shown})" if shown else "")
+        if spec.kind == "bool":
+            opt = click.option(*names, type=GoBool(), is_flag=False, flag_value="true", default=None,
+                               help=help_text, metavar="BOOL")
+        elif spec.kind == "duration":
+            opt = click.option(*names, type=GoDuration(), default=None, help=help_text)
+        elif spec.kind in ("list", "floatlist"):
+            opt = click.option(*names, multiple=True, help=help_text)
+        elif spec.kind == "int":
+            opt = click.option(*names, type=int, default=None, help=help_text)
+        else:
+            opt = click.option(*names, default=None, help=help_text)
+        func = opt(func)
+    return func
+
+
+def build_options(config: str | None, flags: dict[str, Any]) -> NSQDOptions:
+    """Defaults, then the config file, then explicit flags (Go's precedence).
+
+    Raises:
+        ConfigError: a bad config file or value.
+    """
+    from nsq.server.nsqd.options import coerce
+
+    values: dict[str, Any] = {}
+    if config:
+        values.update(load_config(config))
+    for spec in OPTION_SPECS:
+        value = flags.get(_param_name(spec.flag))
+        if value is None or (spec.kind in ("list", "floatlist") and not value):
+            continue
+        values[spec.cfg] = coerce(spec, list(value) if isinstance(value, tuple) else value)
+    opts = NSQDOptions()
+    for key, value in values.items():
+        setattr(opts, key, value)
+    if not 0 <= opts.node_id < 1024:
+        raise ConfigError(f"--node-id must be in [0,1024), got {opts.node_id}")
+    if opts.log_level.lower() not in ("debug", "info", "warn", "warning", "error", "fatal"):
+        raise ConfigError(f"invalid --log-level {opts.log_level!r} (debug, info, warn, error, fatal)")
+    return opts
+
+
+@click.command(cls=GoCommand, context_settings={"help_option_names": ["-h", "--help"],
+                                                 "max_content_width": 120})
+@click.option("--config", "config", default=None, help="path to config file (TOML, Go nsqd's keys)")
+@click.option("--version", "show_version", is_flag=True, help="print version string")
+@click.option("--verbose", "verbose", type=GoBool(), is_flag=False, flag_value="true", default=None,
+              help="[deprecated] has no effect, use --log-level", metavar="BOOL")
+@click.option("--worker-id", "worker_id", type=int, default=None, help="[deprecated] use --node-id")
+@_add_spec_options
+def nsqd(config: str | None, show_version: bool, verbose: Any, worker_id: int | None, **flags: Any) -> None:
+    """nsqd: receive, queue and deliver messages (TCP protocol V2 + HTTP API).
+
+    Flags are Go nsqd v1.2's, with its defaults; a single dash works too
+    (-mem-queue-size=100). Durations use Go syntax: 250ms, 2s, 1m0s.
+    """
+    if show_version:
+        click.echo(f"nsqd v{NSQ_VERSION} (nsq-python {__version__})")
+        return
+    if worker_id is not None and flags.get("opt_node_id") is None:
+        flags["opt_node_id"] = worker_id
+    try:
+        opts = build_options(config, flags)
+    except ConfigError as exc:
+        fail(str(exc))
+    from nsq.server.logs import setup_logging
+
+    setup_logging(opts.log_prefix, opts.log_level)
+    code = run_async(_serve(opts))
+    raise SystemExit(code)
+
+
+async def _serve(opts: NSQDOptions) -> int:
+    from nsq.server.nsqd import NSQD
+
+    log = logging.getLogger("nsq.nsqd")
+    log.info("nsqd v%s (nsq-python %s)", NSQ_VERSION, __version__)
+    log.info("ID: %d", opts.node_id)
+    daemon = NSQD(opts)
+    try:
+        await daemon.start()
+    except (OSError, ValueError) as exc:
+        log.critical("failed to start: %s", exc)
+        await daemon.stop()
+        return 1
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    await stop.wait()
+    await daemon.stop()
+    return 0

@@ -1,0 +1,423 @@
+"""Server side of the V2 TCP protocol, sans-IO (seed 000 "TCP协议规范").
+
+:class:`V2ServerParser` takes the bytes a client sends and returns one parsed
+command at a time, checking what nsqd v1.2 checks, in the same order, with
+the same error codes and texts (WIRE-FACTS "nsqd TCP"). It tracks the
+connection state (init -> subscribed -> closing) because validity depends on
+it. It never touches a socket or a clock.
+
+Commands are tuples whose first item is one of the ``CMD_*`` constants::
+
+    (CMD_IDENTIFY, data: dict)
+    (CMD_AUTH, secret: bytes)
+    (CMD_SUB, topic: str, channel: str)
+    (CMD_PUB, topic: str, body: bytes)
+    (CMD_MPUB, topic: str, bodies: list[bytes])
+    (CMD_DPUB, topic: str, defer_ms: int, body: bytes)
+    (CMD_RDY, count: int)
+    (CMD_FIN, msg_id: bytes)
+    (CMD_REQ, msg_id: bytes, timeout_ms: int)   # clamped to 0..max_req_timeout
+    (CMD_TOUCH, msg_id: bytes)
+    (CMD_CLS,)
+    (CMD_NOP,)
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+
+from nsq.protocol.errors import (
+    E_BAD_BODY,
+    E_BAD_CHANNEL,
+    E_BAD_MESSAGE,
+    E_BAD_PROTOCOL,
+    E_BAD_TOPIC,
+    E_INVALID,
+    ClientError,
+    ProtocolError,
+)
+from nsq.protocol.frames import MAGIC_V2
+from nsq.protocol.message import MSG_ID_LENGTH
+from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
+
+__all__ = [
+    "Limits",
+    "V2ServerParser",
+    "STATE_INIT",
+    "STATE_SUBSCRIBED",
+    "STATE_CLOSING",
+    "CMD_IDENTIFY",
+    "CMD_AUTH",
+    "CMD_SUB",
+    "CMD_PUB",
+    "CMD_MPUB",
+    "CMD_DPUB",
+    "CMD_RDY",
+    "CMD_FIN",
+    "CMD_REQ",
+    "CMD_TOUCH",
+    "CMD_CLS",
+    "CMD_NOP",
+    "go_quote",
+]
+
+# client states, numbered as Go's clientV2 states (shown in /stats "state")
+STATE_INIT = 0
+STATE_SUBSCRIBED = 3
+STATE_CLOSING = 4
+
+CMD_IDENTIFY = 1
+CMD_AUTH = 2
+CMD_SUB = 3
+CMD_PUB = 4
+CMD_MPUB = 5
+CMD_DPUB = 6
+CMD_RDY = 7
+CMD_FIN = 8
+CMD_REQ = 9
+CMD_TOUCH = 10
+CMD_CLS = 11
+CMD_NOP = 12
+
+#: longest command line accepted without a newline (Go's bufio reader size)
+MAX_LINE_LENGTH = 16 * 1024
+
+_LEN = struct.Struct(">i")
+_MAGIC_PENDING = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The nsqd options the parser enforces.
+
+    Attributes:
+        max_msg_size: bytes, ``--max-msg-size``.
+        max_body_size: bytes, ``--max-body-size``.
+        max_rdy_count: ``--max-rdy-count``.
+        max_req_timeout_ms: ms, ``--max-req-timeout``.
+    """
+
+    max_msg_size: int = 1048576
+    max_body_size: int = 5242880
+    max_rdy_count: int = 2500
+    max_req_timeout_ms: int = 3600_000
+
+
+def go_quote(value: str) -> str:
+    """Quote a string the way Go's ``%q`` does (close enough for error text)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _base10(b: bytes) -> int | None:
+    """Go's ``protocol.ByteToBase10``: digits only, empty is 0; else None."""
+    if not b:
+        return 0
+    if not b.isdigit() or not b.isascii():
+        return None
+    return int(b)
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "backslashreplace")
+
+
+class V2ServerParser:
+    """Incremental parser of a client's V2 byte stream.
+
+    Args:
+        limits: size and range limits from the nsqd options.
+        expect_magic: whether the stream starts with the ``"  V2"`` magic.
+
+    Attributes:
+        state: ``STATE_INIT``, ``STATE_SUBSCRIBED`` or ``STATE_CLOSING``.
+        heartbeats_enabled: set False by the server when IDENTIFY disabled
+            heartbeats (SUB is then refused, as in Go).
+
+    :meth:`next_command` raises :class:`ClientError` (always fatal) for an
+    invalid command; after that the parser must not be used again.
+    """
+
+    __slots__ = ("limits", "state", "heartbeats_enabled", "_buf", "_pos", "_need", "_dispatch")
+
+    def __init__(self, limits: Limits | None = None, expect_magic: bool = True) -> None:
+        self.limits = limits or Limits()
+        self.state = STATE_INIT
+        self.heartbeats_enabled = True
+        self._buf = bytearray()
+        self._pos = 0
+        # bytes needed (from _pos) before parsing can progress; -1: magic pending
+        self._need = _MAGIC_PENDING if expect_magic else 0
+        self._dispatch = {
+            b"FIN": self._fin,
+            b"RDY": self._rdy,
+            b"REQ": self._req,
+            b"PUB": self._pub,
+            b"MPUB": self._mpub,
+            b"DPUB": self._dpub,
+            b"NOP": self._nop,
+            b"TOUCH": self._touch,
+            b"SUB": self._sub,
+            b"CLS": self._cls,
+            b"AUTH": self._auth,
+            b"IDENTIFY": self._identify,
+        }
+
+    # -- buffer ----------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        """Append bytes received from the client."""
+        if self._pos:
+            if self._pos == len(self._buf):
+                self._buf.clear()
+            else:
+                del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet parsed."""
+        return len(self._buf) - self._pos
+
+    def next_command(self) -> tuple | None:
+        """Return the next complete command, or None if more bytes are needed.
+
+        Raises:
+            ClientError: the command is invalid (the connection must close).
+        """
+        buf = self._buf
+        while True:
+            avail = len(buf) - self._pos
+            if self._need:
+                if self._need == _MAGIC_PENDING:
+                    if avail < 4:
+                        return None
+                    if bytes(buf[self._pos:self._pos + 4]) != MAGIC_V2:
+                        raise ProtocolError(E_BAD_PROTOCOL)
+                    self._pos += 4
+                    self._need = 0
+                    continue
+                if avail < self._need:
+                    return None
+            nl = buf.find(b"\n", self._pos)
+            if nl < 0:
+                if avail > MAX_LINE_LENGTH:
+                    raise ProtocolError(E_INVALID, f"command line longer than {MAX_LINE_LENGTH} bytes")
+                return None
+            if nl - self._pos > MAX_LINE_LENGTH:
+                # same verdict whether or not the newline arrived in this chunk
+                raise ProtocolError(E_INVALID, f"command line longer than {MAX_LINE_LENGTH} bytes")
+            end = nl
+            if end > self._pos and buf[end - 1] == 13:  # optional \r
+                end -= 1
+            params = bytes(buf[self._pos:end]).split(b" ")
+            handler = self._dispatch.get(params[0])
+            if handler is None:
+                raise ClientError(E_INVALID, f"invalid command {_text(params[0])}")
+            # handlers return (command, bytes consumed after the newline) or
+            # (None, needed) when the body is incomplete
+            cmd, n = handler(params, nl + 1)
+            if cmd is None and n > 0:
+                self._need = nl + 1 - self._pos + n
+                return None
+            self._need = 0
+            self._pos = nl + 1 + n
+            if cmd is not None:
+                return cmd
+            # an ignored command (RDY while closing): go on
+
+    # -- body helpers ----------------------------------------------------
+
+    def _body_len(self, start: int) -> int | None:
+        if len(self._buf) - start < 4:
+            return None
+        return _LEN.unpack_from(self._buf, start)[0]
+
+    def _check_state(self, allowed: tuple[int, ...], name: str) -> None:
+        if self.state not in allowed:
+            raise ClientError(E_INVALID, f"cannot {name} in current state")
+
+    def _msg_id(self, params: list[bytes], name: str) -> bytes:
+        if len(params) < 2:
+            raise ClientError(E_INVALID, f"{name} insufficient number of params")
+        msg_id = params[1]
+        if len(msg_id) != MSG_ID_LENGTH:
+            raise ClientError(E_INVALID, "Invalid Message ID")
+        return msg_id
+
+    def _topic(self, params: list[bytes], name: str, min_params: int, code_prefix: str = "") -> str:
+        if len(params) < min_params:
+            raise ClientError(E_INVALID, f"{name} insufficient number of parameters")
+        topic = _text(params[1])
+        if not is_valid_topic_name(topic):
+            raise ClientError(E_BAD_TOPIC, f"{code_prefix}{name} topic name {go_quote(topic)} is not valid")
+        return topic
+
+    # -- commands ----------------------------------------------------------
+
+    def _identify(self, params: list[bytes], start: int):
+        self._check_state((STATE_INIT,), "IDENTIFY")
+        size = self._body_len(start)
+        if size is None:
+            return None, 4
+        if size > self.limits.max_body_size:
+            raise ClientError(E_BAD_BODY, f"IDENTIFY body too big {size} > {self.limits.max_body_size}")
+        if size <= 0:
+            raise ClientError(E_BAD_BODY, f"IDENTIFY invalid body size {size}")
+        if len(self._buf) - start < 4 + size:
+            return None, 4 + size
+        body = bytes(self._buf[start + 4:start + 4 + size])
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: deep nesting
+            data = None
+        if not isinstance(data, dict):
+            raise ClientError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
+        return (CMD_IDENTIFY, data), 4 + size
+
+    def _auth(self, params: list[bytes], start: int):
+        self._check_state((STATE_INIT,), "AUTH")
+        if len(params) != 1:
+            raise ClientError(E_INVALID, "AUTH invalid number of parameters")
+        size = self._body_len(start)
+        if size is None:
+            return None, 4
+        if size > self.limits.max_body_size:
+            raise ClientError(E_BAD_BODY, f"AUTH body too big {size} > {self.limits.max_body_size}")
+        if size <= 0:
+            raise ClientError(E_BAD_BODY, f"AUTH invalid body size {size}")
+        if len(self._buf) - start < 4 + size:
+            return None, 4 + size
+        return (CMD_AUTH, bytes(self._buf[start + 4:start + 4 + size])), 4 + size
+
+    def _sub(self, params: list[bytes], start: int):
+        self._check_state((STATE_INIT,), "SUB")
+        if not self.heartbeats_enabled:
+            raise ClientError(E_INVALID, "cannot SUB with heartbeats disabled")
+        if len(params) < 3:
+            raise ClientError(E_INVALID, "SUB insufficient number of parameters")
+        topic = _text(params[1])
+        if not is_valid_topic_name(topic):
+            raise ClientError(E_BAD_TOPIC, f"SUB topic name {go_quote(topic)} is not valid")
+        channel = _text(params[2])
+        if not is_valid_channel_name(channel):
+            raise ClientError(E_BAD_CHANNEL, f"SUB channel name {go_quote(channel)} is not valid")
+        self.state = STATE_SUBSCRIBED
+        return (CMD_SUB, topic, channel), 0
+
+    def _message_body(self, name: str, start: int):
+        """Read ``[size][body]`` of PUB/DPUB; returns (body|None, consumed|needed)."""
+        size = self._body_len(start)
+        if size is None:
+            return None, 4
+        if size <= 0:
+            raise ClientError(E_BAD_MESSAGE, f"{name} invalid message body size {size}")
+        if size > self.limits.max_msg_size:
+            raise ClientError(E_BAD_MESSAGE, f"{name} message too big {size} > {self.limits.max_msg_size}")
+        if len(self._buf) - start < 4 + size:
+            return None, 4 + size
+        return bytes(self._buf[start + 4:start + 4 + size]), 4 + size
+
+    def _pub(self, params: list[bytes], start: int):
+        topic = self._topic(params, "PUB", 2)
+        body, n = self._message_body("PUB", start)
+        if body is None:
+            return None, n
+        return (CMD_PUB, topic, body), n
+
+    def _dpub(self, params: list[bytes], start: int):
+        topic = self._topic(params, "DPUB", 3)
+        defer_ms = _base10(params[2])
+        if defer_ms is None:
+            raise ClientError(E_INVALID, f"DPUB could not parse timeout {_text(params[2])}")
+        if defer_ms > self.limits.max_req_timeout_ms:
+            raise ClientError(
+                E_INVALID, f"DPUB timeout {defer_ms} out of range 0-{self.limits.max_req_timeout_ms}"
+            )
+        body, n = self._message_body("DPUB", start)
+        if body is None:
+            return None, n
+        return (CMD_DPUB, topic, defer_ms, body), n
+
+    def _mpub(self, params: list[bytes], start: int):
+        topic = self._topic(params, "MPUB", 2, code_prefix="E_BAD_TOPIC ")
+        size = self._body_len(start)
+        if size is None:
+            return None, 4
+        limits = self.limits
+        if size <= 0:
+            raise ClientError(E_BAD_BODY, f"MPUB invalid body size {size}")
+        if size > limits.max_body_size:
+            raise ClientError(E_BAD_BODY, f"MPUB body too big {size} > {limits.max_body_size}")
+        buf = self._buf
+        if len(buf) - start < 4 + size:
+            return None, 4 + size
+        pos = start + 4
+        end = pos + size
+        if size < 4:
+            raise ClientError(E_BAD_BODY, "MPUB failed to read message count")
+        count = _LEN.unpack_from(buf, pos)[0]
+        pos += 4
+        if count <= 0 or count > (limits.max_body_size - 4) // 5:
+            raise ClientError(E_BAD_BODY, f"MPUB invalid message count {count}")
+        max_msg = limits.max_msg_size
+        unpack = _LEN.unpack_from
+        bodies = []
+        append = bodies.append
+        for i in range(count):
+            if end - pos < 4:
+                raise ClientError(E_BAD_MESSAGE, f"MPUB failed to read message({i}) body size")
+            msize = unpack(buf, pos)[0]
+            if msize <= 0:
+                raise ClientError(E_BAD_MESSAGE, f"MPUB invalid message({i}) body size {msize}")
+            if msize > max_msg:
+                raise ClientError(E_BAD_MESSAGE, f"MPUB message too big {msize} > {max_msg}")
+            pos += 4
+            if end - pos < msize:
+                raise ClientError(E_BAD_MESSAGE, "MPUB failed to read message body")
+            append(bytes(buf[pos:pos + msize]))
+            pos += msize
+        return (CMD_MPUB, topic, bodies), 4 + size
+
+    def _rdy(self, params: list[bytes], start: int):
+        if self.state == STATE_CLOSING:
+            return None, 0  # ignored after CLS, as in Go
+        self._check_state((STATE_SUBSCRIBED,), "RDY")
+        count = 1
+        if len(params) > 1:
+            parsed = _base10(params[1])
+            if parsed is None:
+                raise ClientError(E_INVALID, f"RDY could not parse count {_text(params[1])}")
+            count = parsed
+        if count > self.limits.max_rdy_count:
+            raise ClientError(E_INVALID, f"RDY count {count} out of range 0-{self.limits.max_rdy_count}")
+        return (CMD_RDY, count), 0
+
+    def _fin(self, params: list[bytes], start: int):
+        self._check_state((STATE_SUBSCRIBED, STATE_CLOSING), "FIN")
+        return (CMD_FIN, self._msg_id(params, "FIN")), 0
+
+    def _req(self, params: list[bytes], start: int):
+        self._check_state((STATE_SUBSCRIBED, STATE_CLOSING), "REQ")
+        if len(params) < 3:
+            raise ClientError(E_INVALID, "REQ insufficient number of params")
+        msg_id = self._msg_id(params, "REQ")
+        timeout = _base10(params[2])
+        if timeout is None:
+            raise ClientError(E_INVALID, f"REQ could not parse timeout {_text(params[2])}")
+        timeout = min(timeout, self.limits.max_req_timeout_ms)
+        return (CMD_REQ, msg_id, timeout), 0
+
+    def _touch(self, params: list[bytes], start: int):
+        self._check_state((STATE_SUBSCRIBED, STATE_CLOSING), "TOUCH")
+        return (CMD_TOUCH, self._msg_id(params, "TOUCH")), 0
+
+    def _cls(self, params: list[bytes], start: int):
+        self._check_state((STATE_SUBSCRIBED,), "CLS")
+        self.state = STATE_CLOSING
+        return (CMD_CLS,), 0
+
+    def _nop(self, params: list[bytes], start: int):
+        return (CMD_NOP,), 0

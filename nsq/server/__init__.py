@@ -1,0 +1,1 @@
+"""asyncio daemons around the sans-IO protocol core (``NSQD``)."""

@@ -1,0 +1,333 @@
+"""A channel: a topic's copy of the stream, shared by its consumers.
+
+Delivery is a push (GUIDE "hot path"): when a message arrives, or a client
+raises RDY / finishes a message, :meth:`Channel.pump` hands queued messages
+to ready clients synchronously. In-flight and deferred timeouts sit in heaps
+scanned by the daemon's periodic loop and are removed lazily.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import random
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from nsq.protocol.message import encode_message
+from nsq.protocol.names import is_ephemeral
+from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend
+from nsq.server.nsqd.message import Message
+
+if TYPE_CHECKING:
+    from nsq.server.nsqd.client_v2 import ClientV2
+    from nsq.server.nsqd.topic import Topic
+
+__all__ = ["Channel", "ChannelError"]
+
+log = logging.getLogger("nsq.nsqd")
+_seq = itertools.count()
+
+
+class ChannelError(Exception):
+    """FIN/REQ/TOUCH of a message that is not in flight to this client.
+
+    The text is Go's (``ID not in flight``, ``client does not own message``).
+    """
+
+
+class Channel:
+    """One channel of a topic.
+
+    Attributes:
+        name: channel name.
+        topic: the owning :class:`~nsq.server.nsqd.topic.Topic`.
+        ephemeral: name ends in ``#ephemeral``; deleted with its last client.
+        queue: memory queue (deque of :class:`Message`), at most
+            ``mem_queue_size`` long.
+        backend: overflow backend (disk queue, discard or refuse).
+        clients: subscribed clients by client id.
+        in_flight: messages sent and not yet finished, by id.
+        deferred: messages held back by DPUB/REQ, by id.
+        paused: no delivery while True.
+        message_count, requeue_count, timeout_count: counters for /stats.
+    """
+
+    def __init__(self, topic: Topic, name: str, backend: BackendQueue | None = None) -> None:
+        self.topic = topic
+        self.nsqd = topic.nsqd
+        self.name = name
+        self.ephemeral = is_ephemeral(name)
+        self.mem_queue_size = topic.nsqd.options.mem_queue_size
+        self.queue: deque[Message] = deque()
+        if backend is None:
+            backend = DiscardBackend() if self.ephemeral else NoDiskBackend()
+        self.backend = backend
+        self.clients: dict[int, ClientV2] = {}
+        self._ready: dict[ClientV2, None] = {}
+        self.in_flight: dict[bytes, Message] = {}
+        self._in_flight_pq: list[tuple[float, int, list[Message]]] = []
+        self.deferred: dict[bytes, Message] = {}
+        self._deferred_pq: list[tuple[float, int, Message]] = []
+        self.paused = False
+        self.deleted = False
+        self.message_count = 0
+        self.requeue_count = 0
+        self.timeout_count = 0
+
+    def __repr__(self) -> str:
+        return f"Channel({self.topic.name}:{self.name})"
+
+    # -- depth ---------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        """Messages queued (memory + backend), not counting in-flight/deferred."""
+        return len(self.queue) + self.backend.depth
+
+    def room(self) -> int:
+        """Messages the memory queue can still take."""
+        return self.mem_queue_size - len(self.queue)
+
+    # -- putting -------------------------------------------------------------
+
+    def put_messages(self, msgs: list[Message]) -> None:
+        """Queue new messages from the topic (each a copy for this channel).
+
+        Deferred ones (``defer_ms > 0``) go to the deferred heap; the rest are
+        delivered to ready clients at once where possible, and whatever is
+        past ``mem_queue_size`` afterwards goes to the backend.
+        """
+        self.message_count += len(msgs)
+        q = self.queue
+        now = None
+        for msg in msgs:
+            if msg.defer_ms:
+                if now is None:
+                    now = time.monotonic()
+                self._defer(msg, now + msg.defer_ms / 1000.0)
+            else:
+                q.append(msg)
+        if q:
+            if self._ready and not self.paused:
+                self.pump()
+            excess = len(q) - self.mem_queue_size
+            if excess > 0 and self.backend.accepts_overflow:
+                overflow = [q.pop() for _ in range(excess)]
+                for msg in reversed(overflow):
+                    self._to_backend(msg)
+
+    def capacity(self) -> int:
+        """Messages this channel can take now without a backend.
+
+        Free memory-queue slots plus what ready clients can take at once.
+        """
+        cap = self.mem_queue_size - len(self.queue)
+        if not self.paused and not self.queue:
+            for client in self._ready:
+                cap += client.ready_count - client.in_flight_count
+        return cap
+
+    def _requeue(self, msg: Message) -> None:
+        """Put a timed-out / requeued / due message back at the tail."""
+        q = self.queue
+        if len(q) < self.mem_queue_size or not self.backend.accepts_overflow:
+            # never lose an acknowledged message: without a backend that can
+            # take it, the memory queue grows past its limit instead
+            q.append(msg)
+        else:
+            self._to_backend(msg)
+
+    def _to_backend(self, msg: Message) -> None:
+        try:
+            self.backend.put(encode_message(msg.timestamp, msg.attempts, msg.id, msg.body))
+        except BackendFull:
+            # callers check room before accepting a publish; reaching here
+            # means a race with requeues: keep the message in memory
+            self.queue.append(msg)
+
+    def _defer(self, msg: Message, due: float) -> None:
+        msg.deadline = due
+        msg.client = None
+        self.deferred[msg.id] = msg
+        heapq.heappush(self._deferred_pq, (due, next(_seq), msg))
+
+    # -- delivery ------------------------------------------------------------
+
+    def pump(self) -> None:
+        """Hand queued messages to ready clients, round robin."""
+        if self.paused:
+            return
+        q = self.queue
+        ready = self._ready
+        if not q or not ready:
+            return
+        now = time.monotonic()
+        while q and ready:
+            share = -(-len(q) // len(ready))
+            for client in list(ready):
+                cap = client.ready_count - client.in_flight_count
+                n = cap if cap < share else share
+                if n > len(q):
+                    n = len(q)
+                if n > 0:
+                    batch = [q.popleft() for _ in range(n)]
+                    self._send(client, batch, now)
+                if client.in_flight_count >= client.ready_count or client.closing:
+                    del ready[client]
+                if not q:
+                    break
+
+    def _send(self, client: ClientV2, batch: list[Message], now: float) -> None:
+        deadline = now + client.msg_timeout
+        in_flight = self.in_flight
+        if client.sample_rate:
+            rate = client.sample_rate
+            batch = [m for m in batch if random.randrange(100) <= rate]
+            if not batch:
+                return
+        for msg in batch:
+            msg.attempts += 1
+            msg.client = client
+            msg.deadline = deadline
+            msg.delivered = now
+            in_flight[msg.id] = msg
+        heapq.heappush(self._in_flight_pq, (deadline, next(_seq), batch))
+        client.send_messages(batch)
+
+    def client_ready(self, client: ClientV2) -> None:
+        """Called when a client's RDY allows more messages."""
+        if client.in_flight_count < client.ready_count and not client.closing:
+            self._ready[client] = None
+            if self.queue and not self.paused:
+                self.pump()
+        else:
+            self._ready.pop(client, None)
+
+    # -- client commands -----------------------------------------------------
+
+    def _pop_in_flight(self, client: ClientV2, msg_id: bytes) -> Message:
+        msg = self.in_flight.get(msg_id)
+        if msg is None:
+            raise ChannelError("ID not in flight")
+        if msg.client is not client:
+            raise ChannelError("client does not own message")
+        del self.in_flight[msg_id]
+        msg.client = None
+        return msg
+
+    def finish(self, client: ClientV2, msg_id: bytes) -> None:
+        """FIN: the message is done. Raises :class:`ChannelError`."""
+        self._pop_in_flight(client, msg_id)
+
+    def requeue(self, client: ClientV2, msg_id: bytes, timeout_ms: int) -> None:
+        """REQ: back to the queue now (0) or after ``timeout_ms``."""
+        msg = self._pop_in_flight(client, msg_id)
+        self.requeue_count += 1
+        if timeout_ms > 0:
+            self._defer(msg, time.monotonic() + timeout_ms / 1000.0)
+        else:
+            self._requeue(msg)
+
+    def touch(self, client: ClientV2, msg_id: bytes, msg_timeout: float) -> None:
+        """TOUCH: reset the message's timeout, capped at ``--max-msg-timeout``."""
+        msg = self.in_flight.get(msg_id)
+        if msg is None:
+            raise ChannelError("ID not in flight")
+        if msg.client is not client:
+            raise ChannelError("client does not own message")
+        deadline = time.monotonic() + msg_timeout
+        cap = msg.delivered + self.nsqd.options.max_msg_timeout
+        if deadline > cap:
+            deadline = cap  # as Go: never past delivery + --max-msg-timeout
+        msg.deadline = deadline
+        heapq.heappush(self._in_flight_pq, (deadline, next(_seq), [msg]))
+
+    # -- timers --------------------------------------------------------------
+
+    def process_timeouts(self, now: float) -> None:
+        """Requeue in-flight messages past their deadline; release due deferred."""
+        pq = self._in_flight_pq
+        changed = False
+        in_flight = self.in_flight
+        while pq and pq[0][0] <= now:
+            _, _, batch = heapq.heappop(pq)
+            for msg in batch:
+                if in_flight.get(msg.id) is msg and msg.deadline <= now:
+                    del in_flight[msg.id]
+                    client = msg.client
+                    msg.client = None
+                    self.timeout_count += 1
+                    if client is not None:
+                        client.timed_out_message()
+                    self._requeue(msg)
+                    changed = True
+        dpq = self._deferred_pq
+        deferred = self.deferred
+        while dpq and dpq[0][0] <= now:
+            _, _, msg = heapq.heappop(dpq)
+            if deferred.get(msg.id) is msg and msg.deadline <= now:
+                del deferred[msg.id]
+                self._requeue(msg)
+                changed = True
+        if changed:
+            self.pump()
+
+    @property
+    def has_timers(self) -> bool:
+        return bool(self._in_flight_pq or self._deferred_pq)
+
+    # -- clients -------------------------------------------------------------
+
+    def add_client(self, client: ClientV2) -> bool:
+        """Subscribe a client; False if ``--max-channel-consumers`` is reached."""
+        limit = self.nsqd.options.max_channel_consumers
+        if limit and client.id not in self.clients and len(self.clients) >= limit:
+            return False
+        self.clients[client.id] = client
+        return True
+
+    def remove_client(self, client: ClientV2) -> None:
+        """Unsubscribe; an ephemeral channel goes with its last client."""
+        self.clients.pop(client.id, None)
+        self._ready.pop(client, None)
+        if self.ephemeral and not self.clients and not self.deleted:
+            log.info("CHANNEL(%s): ephemeral channel has no clients, deleting", self.name)
+            self.topic.delete_channel(self.name)
+
+    # -- admin ---------------------------------------------------------------
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def unpause(self) -> None:
+        self.paused = False
+        self.pump()
+
+    def empty(self) -> None:
+        """Drop every queued, in-flight and deferred message (as Go's Empty)."""
+        self.queue.clear()
+        self.backend.empty()
+        for client in self.clients.values():
+            client.in_flight_count = 0
+        self.in_flight.clear()
+        self._in_flight_pq.clear()
+        self.deferred.clear()
+        self._deferred_pq.clear()
+        for client in self.clients.values():
+            self.client_ready(client)
+
+    def close(self, delete: bool) -> None:
+        """Close every subscribed client; with ``delete``, drop storage too."""
+        self.deleted = True
+        for client in list(self.clients.values()):
+            client.close()
+        self.clients.clear()
+        self._ready.clear()
+        if delete:
+            self.empty()
+            self.backend.delete()
+        else:
+            self.backend.close()

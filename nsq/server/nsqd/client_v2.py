@@ -1,0 +1,431 @@
+"""One V2 TCP connection: an ``asyncio.Protocol`` around the sans-IO parser.
+
+Bytes in -> :class:`~nsq.protocol.v2.V2ServerParser` -> commands executed
+against topics/channels -> frames appended to an output buffer that the
+daemon flushes once per event-loop turn (GUIDE "hot path": coalesced writes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import struct
+import time
+from typing import TYPE_CHECKING, Any
+
+from nsq import NSQ_VERSION
+from nsq.protocol import v2
+from nsq.protocol.errors import (
+    E_BAD_BODY,
+    E_DPUB_FAILED,
+    E_FIN_FAILED,
+    E_INVALID,
+    E_MPUB_FAILED,
+    E_PUB_FAILED,
+    E_REQ_FAILED,
+    E_AUTH_DISABLED,
+    E_TOO_MANY_CHANNEL_CONSUMERS,
+    E_TOUCH_FAILED,
+    ClientError,
+)
+from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, HEARTBEAT, OK, encode_frame
+from nsq.server.nsqd.channel import ChannelError
+from nsq.server.nsqd.topic import TopicFull
+
+if TYPE_CHECKING:
+    from nsq.server.nsqd.channel import Channel
+    from nsq.server.nsqd.message import Message
+    from nsq.server.nsqd.nsqd import NSQD
+
+__all__ = ["ClientV2"]
+
+log = logging.getLogger("nsq.nsqd")
+
+_MSG_FRAME_HDR = struct.Struct(">iiqH")
+_OK_FRAME = encode_frame(FRAME_TYPE_RESPONSE, OK)
+_HEARTBEAT_FRAME = encode_frame(FRAME_TYPE_RESPONSE, HEARTBEAT)
+_CLOSE_WAIT_FRAME = encode_frame(FRAME_TYPE_RESPONSE, CLOSE_WAIT)
+
+# IDENTIFY fields Go decodes, with the JSON type each must have
+_IDENTIFY_TYPES: dict[str, type | tuple[type, ...]] = {
+    "client_id": str,
+    "hostname": str,
+    "heartbeat_interval": int,
+    "output_buffer_size": int,
+    "output_buffer_timeout": int,
+    "feature_negotiation": bool,
+    "tls_v1": bool,
+    "deflate": bool,
+    "deflate_level": int,
+    "snappy": bool,
+    "sample_rate": int,
+    "user_agent": str,
+    "msg_timeout": int,
+}
+
+
+class ClientV2(asyncio.Protocol):
+    """A client connection speaking protocol V2.
+
+    Attributes:
+        id: daemon-wide client number.
+        client_id, hostname, user_agent: from IDENTIFY (default: remote IP).
+        ready_count: the client's RDY.
+        in_flight_count: messages sent and not finished/requeued/timed out.
+        message_count, finish_count, requeue_count: counters for /stats.
+        msg_timeout: seconds before an in-flight message times out.
+        heartbeat_interval: seconds, 0 = disabled.
+        channel: the subscribed channel, or None.
+        pub_counts: messages published per topic (producer stats).
+    """
+
+    def __init__(self, nsqd: NSQD, client_id: int) -> None:
+        opts = nsqd.options
+        self.nsqd = nsqd
+        self.id = client_id
+        self.parser = v2.V2ServerParser(nsqd.limits)
+        self.transport: asyncio.Transport | None = None
+        self.out = bytearray()
+        self.dirty = False
+        self.closing = False
+        self.closed = False
+        self.remote_address = ""
+        self.client_id = ""
+        self.hostname = ""
+        self.user_agent = ""
+        self.connect_ts = int(time.time())
+        self.ready_count = 0
+        self.in_flight_count = 0
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+        self.sample_rate = 0
+        self.msg_timeout = opts.msg_timeout
+        self.heartbeat_interval = opts.client_timeout / 2
+        self.output_buffer_size = 16 * 1024
+        self.output_buffer_timeout = opts.output_buffer_timeout
+        self.channel: Channel | None = None
+        self.pub_counts: dict[str, int] = {}
+        self.last_recv = 0.0
+        self._heartbeat_handle: asyncio.TimerHandle | None = None
+        self._loop = asyncio.get_running_loop()
+        self._handlers = {
+            v2.CMD_IDENTIFY: self._identify,
+            v2.CMD_AUTH: self._auth,
+            v2.CMD_SUB: self._sub,
+            v2.CMD_PUB: self._pub,
+            v2.CMD_MPUB: self._mpub,
+            v2.CMD_DPUB: self._dpub,
+            v2.CMD_RDY: self._rdy,
+            v2.CMD_FIN: self._fin,
+            v2.CMD_REQ: self._req,
+            v2.CMD_TOUCH: self._touch,
+            v2.CMD_CLS: self._cls,
+            v2.CMD_NOP: self._nop,
+        }
+
+    def __repr__(self) -> str:
+        return f"client({self.remote_address})"
+
+    @property
+    def state(self) -> int:
+        """Go's client state number (0 init, 3 subscribed, 4 closing)."""
+        return self.parser.state
+
+    # -- asyncio.Protocol ------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            host = peer[0]
+            self.remote_address = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+            self.client_id = self.hostname = host
+        self.last_recv = self._loop.time()
+        self.nsqd.add_client(self)
+        log.info("TCP: new client(%s)", self.remote_address)
+        self._schedule_heartbeat()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_recv = self._loop.time()
+        parser = self.parser
+        parser.feed(data)
+        handlers = self._handlers
+        while not self.closed:
+            try:
+                cmd = parser.next_command()
+                if cmd is None:
+                    break
+                handlers[cmd[0]](cmd)
+            except ClientError as exc:
+                self._client_error(exc)
+                if exc.fatal:
+                    return
+        self._mark_dirty()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._heartbeat_handle is not None:
+            self._heartbeat_handle.cancel()
+        if self.channel is not None:
+            self.channel.remove_client(self)
+        self.nsqd.remove_client(self)
+        log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote_address)
+
+    # -- output ----------------------------------------------------------------
+
+    def _mark_dirty(self) -> None:
+        if not self.dirty and self.out:
+            self.dirty = True
+            self.nsqd.schedule_flush(self)
+
+    def flush(self) -> None:
+        """Write the output buffer to the socket (called by the daemon)."""
+        self.dirty = False
+        if self.out and not self.closed and self.transport is not None:
+            self.transport.write(self.out)
+            self.out = bytearray()
+
+    def send_messages(self, msgs: list[Message]) -> None:
+        """Append message frames for ``msgs`` (already marked in flight)."""
+        out = self.out
+        pack = _MSG_FRAME_HDR.pack
+        for msg in msgs:
+            body = msg.body
+            out += pack(len(body) + 30, 2, msg.timestamp, msg.attempts)
+            out += msg.id
+            out += body
+        n = len(msgs)
+        self.in_flight_count += n
+        self.message_count += n
+        if not self.dirty:
+            self.dirty = True
+            self.nsqd.schedule_flush(self)
+
+    def _client_error(self, exc: ClientError) -> None:
+        log.error("[%s] - %s", self.remote_address, exc.wire_text())
+        self.out += encode_frame(FRAME_TYPE_ERROR, exc.wire_bytes())
+        if exc.fatal:
+            self.close()
+
+    def close(self) -> None:
+        """Flush what is buffered and close the connection."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.transport is not None:
+            if self.out:
+                self.transport.write(self.out)
+                self.out = bytearray()
+            self.transport.close()
+
+    # -- heartbeats --------------------------------------------------------------
+
+    def _schedule_heartbeat(self) -> None:
+        if self._heartbeat_handle is not None:
+            self._heartbeat_handle.cancel()
+            self._heartbeat_handle = None
+        if self.heartbeat_interval > 0 and not self.closed:
+            self._heartbeat_handle = self._loop.call_later(self.heartbeat_interval, self._heartbeat)
+
+    def _heartbeat(self) -> None:
+        self._heartbeat_handle = None
+        if self.closed:
+            return
+        idle = self._loop.time() - self.last_recv
+        if idle >= 2 * self.heartbeat_interval * 0.999:
+            log.error("[%s] - heartbeat timeout: no command in %.1fs, closing", self.remote_address, idle)
+            self.close()
+            return
+        self.out += _HEARTBEAT_FRAME
+        self._mark_dirty()
+        self._schedule_heartbeat()
+
+    # -- commands ----------------------------------------------------------------
+
+    def _identify(self, cmd: tuple) -> None:
+        data: dict[str, Any] = cmd[1]
+        for key, typ in _IDENTIFY_TYPES.items():
+            value = data.get(key)
+            if value is None:
+                continue
+            if typ is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            else:
+                ok = isinstance(value, typ)
+            if not ok:
+                raise ClientError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
+        opts = self.nsqd.options
+        self.client_id = data.get("client_id") or ""
+        self.hostname = data.get("hostname") or ""
+        self.user_agent = data.get("user_agent") or ""
+
+        hb = data.get("heartbeat_interval") or 0
+        if hb == -1:
+            heartbeat = 0.0
+        elif hb == 0:
+            heartbeat = self.heartbeat_interval
+        elif 1000 <= hb <= opts.max_heartbeat_interval * 1000:
+            heartbeat = hb / 1000.0
+        else:
+            raise ClientError(E_BAD_BODY, f"IDENTIFY heartbeat interval ({hb}) is invalid")
+
+        obt = data.get("output_buffer_timeout") or 0
+        buffer_timeout = self.output_buffer_timeout
+        if obt == -1:
+            buffer_timeout = 0.0
+        elif obt == 0:
+            pass
+        elif opts.min_output_buffer_timeout * 1000 <= obt <= opts.max_output_buffer_timeout * 1000:
+            buffer_timeout = obt / 1000.0
+        else:
+            raise ClientError(E_BAD_BODY, f"IDENTIFY output buffer timeout ({obt}) is invalid")
+        obs = data.get("output_buffer_size") or 0
+        buffer_size = self.output_buffer_size
+        if obs == -1:
+            buffer_size, buffer_timeout = 1, 0.0
+        elif obs == 0:
+            pass
+        elif 64 <= obs <= opts.max_output_buffer_size:
+            buffer_size = obs
+        else:
+            raise ClientError(E_BAD_BODY, f"IDENTIFY output buffer size ({obs}) is invalid")
+
+        rate = data.get("sample_rate") or 0
+        if not 0 <= rate <= 99:
+            raise ClientError(E_BAD_BODY, f"IDENTIFY sample rate ({rate}) is invalid")
+        mt = data.get("msg_timeout") or 0
+        msg_timeout = self.msg_timeout
+        if mt == 0:
+            pass
+        elif 1000 <= mt <= opts.max_msg_timeout * 1000:
+            msg_timeout = mt / 1000.0
+        else:
+            raise ClientError(E_BAD_BODY, f"IDENTIFY msg timeout ({mt}) is invalid")
+
+        self.heartbeat_interval = heartbeat
+        self.output_buffer_timeout = buffer_timeout
+        self.output_buffer_size = buffer_size
+        self.sample_rate = rate
+        self.msg_timeout = msg_timeout
+        self.parser.heartbeats_enabled = heartbeat > 0
+        self._schedule_heartbeat()
+
+        if not data.get("feature_negotiation"):
+            self.out += _OK_FRAME
+            return
+        deflate_level = 6
+        if opts.max_deflate_level < deflate_level:
+            deflate_level = opts.max_deflate_level
+        resp = {
+            "max_rdy_count": opts.max_rdy_count,
+            "version": NSQ_VERSION,
+            "max_msg_timeout": int(opts.max_msg_timeout * 1000),
+            "msg_timeout": int(self.msg_timeout * 1000),
+            # TLS, snappy and deflate are negotiated by a later release
+            "tls_v1": False,
+            "deflate": False,
+            "deflate_level": deflate_level,
+            "max_deflate_level": opts.max_deflate_level,
+            "snappy": False,
+            "sample_rate": self.sample_rate,
+            "auth_required": False,
+            "output_buffer_size": self.output_buffer_size,
+            "output_buffer_timeout": int(self.output_buffer_timeout * 1000),
+        }
+        self.out += encode_frame(FRAME_TYPE_RESPONSE, json.dumps(resp, separators=(",", ":")).encode())
+
+    def _auth(self, cmd: tuple) -> None:
+        raise ClientError(E_AUTH_DISABLED, "AUTH disabled")
+
+    def _sub(self, cmd: tuple) -> None:
+        _, topic_name, channel_name = cmd
+        topic = self.nsqd.get_topic(topic_name)
+        channel = topic.get_channel(channel_name)
+        if not channel.add_client(self):
+            raise ClientError(
+                E_TOO_MANY_CHANNEL_CONSUMERS,
+                f"channel consumers for {topic_name}:{channel_name} exceeds limit of "
+                f"{self.nsqd.options.max_channel_consumers}",
+            )
+        self.channel = channel
+        self.out += _OK_FRAME
+
+    def _published(self, topic_name: str, n: int) -> None:
+        self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + n
+        self.out += _OK_FRAME
+
+    def _pub(self, cmd: tuple) -> None:
+        try:
+            self.nsqd.get_topic(cmd[1]).publish([cmd[2]])
+        except TopicFull as exc:
+            raise ClientError(E_PUB_FAILED, f"PUB failed {exc}") from None
+        self._published(cmd[1], 1)
+
+    def _mpub(self, cmd: tuple) -> None:
+        try:
+            self.nsqd.get_topic(cmd[1]).publish(cmd[2])
+        except TopicFull as exc:
+            raise ClientError(E_MPUB_FAILED, f"MPUB failed {exc}") from None
+        self._published(cmd[1], len(cmd[2]))
+
+    def _dpub(self, cmd: tuple) -> None:
+        try:
+            self.nsqd.get_topic(cmd[1]).publish([cmd[3]], defer_ms=cmd[2])
+        except TopicFull as exc:
+            raise ClientError(E_DPUB_FAILED, f"DPUB failed {exc}") from None
+        self._published(cmd[1], 1)
+
+    def _rdy(self, cmd: tuple) -> None:
+        self.ready_count = cmd[1]
+        if self.channel is not None:
+            self.channel.client_ready(self)
+
+    def _fin(self, cmd: tuple) -> None:
+        msg_id = cmd[1]
+        try:
+            self.channel.finish(self, msg_id)  # type: ignore[union-attr]
+        except ChannelError as exc:
+            raise ClientError(E_FIN_FAILED, f"FIN {msg_id.decode('latin-1')} failed {exc}") from None
+        self.finish_count += 1
+        self._message_done()
+
+    def _req(self, cmd: tuple) -> None:
+        _, msg_id, timeout_ms = cmd
+        try:
+            self.channel.requeue(self, msg_id, timeout_ms)  # type: ignore[union-attr]
+        except ChannelError as exc:
+            raise ClientError(E_REQ_FAILED, f"REQ {msg_id.decode('latin-1')} failed {exc}") from None
+        self.requeue_count += 1
+        self._message_done()
+
+    def _touch(self, cmd: tuple) -> None:
+        msg_id = cmd[1]
+        try:
+            self.channel.touch(self, msg_id, self.msg_timeout)  # type: ignore[union-attr]
+        except ChannelError as exc:
+            raise ClientError(E_TOUCH_FAILED, f"TOUCH {msg_id.decode('latin-1')} failed {exc}") from None
+
+    def _cls(self, cmd: tuple) -> None:
+        self.ready_count = 0
+        self.closing = True
+        if self.channel is not None:
+            self.channel.client_ready(self)
+        self.out += _CLOSE_WAIT_FRAME
+
+    def _nop(self, cmd: tuple) -> None:
+        return None
+
+    # -- channel callbacks -------------------------------------------------------
+
+    def _message_done(self) -> None:
+        self.in_flight_count -= 1
+        if self.in_flight_count < self.ready_count:
+            self.channel.client_ready(self)  # type: ignore[union-attr]
+
+    def timed_out_message(self) -> None:
+        """An in-flight message of this client timed out."""
+        self.in_flight_count -= 1
+        if self.channel is not None and not self.closed and self.in_flight_count < self.ready_count:
+            self.channel.client_ready(self)

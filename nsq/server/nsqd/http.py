@@ -1,0 +1,356 @@
+"""nsqd's HTTP API on aiohttp (seed 000 "nsqd / HTTP API", WIRE-FACTS "HTTP").
+
+Responses carry ``X-NSQ-Content-Type: nsq; version=1.0``; errors are
+``{"message": "TEXT"}`` with the status code; plain successes are text and
+data answers JSON objects.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from nsq import NSQ_VERSION
+from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
+from nsq.server.nsqd.options import SPEC_BY_CFG, describe
+from nsq.server.nsqd.stats import get_stats, render_text
+from nsq.server.nsqd.topic import TopicFull
+
+if TYPE_CHECKING:
+    from nsq.server.nsqd.nsqd import NSQD
+
+__all__ = ["NSQDHTTPServer"]
+
+log = logging.getLogger("nsq.nsqd")
+
+_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
+_BOOL = {"true": True, "1": True, "false": False, "0": False}
+_LEN = struct.Struct(">i")
+
+
+class HTTPError(Exception):
+    """An API error: ``{"message": text}`` with ``status``."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        body=json.dumps(data, separators=(",", ":")).encode(),
+        status=status,
+        content_type="application/json",
+        charset="utf-8",
+        headers=_HEADERS,
+    )
+
+
+def _text(text: str, status: int = 200) -> web.Response:
+    return web.Response(text=text, status=status, headers=_HEADERS)
+
+
+def _error(status: int, text: str) -> web.Response:
+    return _json({"message": text}, status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except HTTPError as exc:
+        return _error(exc.status, exc.text)
+    except web.HTTPNotFound:
+        return _error(404, "NOT_FOUND")
+    except web.HTTPMethodNotAllowed:
+        return _error(405, "METHOD_NOT_ALLOWED")
+
+
+async def _read_limited(request: web.Request, limit: int) -> bytes | None:
+    """The request body, or None if it is longer than ``limit`` bytes."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    chunks = []
+    total = 0
+    while True:
+        chunk = await request.content.read(65536)
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class NSQDHTTPServer:
+    """The HTTP API of one :class:`~nsq.server.nsqd.nsqd.NSQD`."""
+
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        self._runner: web.AppRunner | None = None
+        app = web.Application(middlewares=[_errors], client_max_size=max(
+            nsqd.options.max_body_size, nsqd.options.max_msg_size) + 1)
+        r = app.router
+        r.add_get("/ping", self.ping, allow_head=False)
+        r.add_get("/info", self.info, allow_head=False)
+        r.add_post("/pub", self.pub)
+        r.add_post("/mpub", self.mpub)
+        r.add_get("/stats", self.stats, allow_head=False)
+        r.add_post("/topic/create", self.topic_create)
+        r.add_post("/topic/delete", self.topic_delete)
+        r.add_post("/topic/empty", self.topic_empty)
+        r.add_post("/topic/pause", self.topic_pause)
+        r.add_post("/topic/unpause", self.topic_pause)
+        r.add_post("/channel/create", self.channel_create)
+        r.add_post("/channel/delete", self.channel_delete)
+        r.add_post("/channel/empty", self.channel_empty)
+        r.add_post("/channel/pause", self.channel_pause)
+        r.add_post("/channel/unpause", self.channel_pause)
+        r.add_get("/config/{opt}", self.config, allow_head=False)
+        r.add_put("/config/{opt}", self.config)
+        self.app = app
+
+    async def start(self, address: str) -> tuple[str, int]:
+        """Listen on ``host:port``; returns the bound (host, port)."""
+        from nsq.server.nsqd.nsqd import split_host_port
+
+        host, port = split_host_port(address)
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host or None, port, reuse_address=True)
+        await site.start()
+        sock = site._server.sockets[0]  # type: ignore[union-attr]
+        bound = sock.getsockname()
+        return bound[0], bound[1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- helpers -----------------------------------------------------------------
+
+    @staticmethod
+    def _topic_arg(request: web.Request) -> str:
+        if "topic" not in request.query:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        return request.query["topic"]
+
+    def _topic_from_query(self, request: web.Request):
+        """Go's getTopicFromQuery: creates the topic."""
+        name = self._topic_arg(request)
+        if not is_valid_topic_name(name):
+            raise HTTPError(400, "INVALID_TOPIC")
+        return self.nsqd.get_topic(name)
+
+    def _existing_topic_channel(self, request: web.Request):
+        """Go's getExistingTopicFromQuery: (topic, channel name)."""
+        q = request.query
+        if "topic" not in q:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        if not is_valid_topic_name(q["topic"]):
+            raise HTTPError(400, "INVALID_ARG_TOPIC")
+        if "channel" not in q:
+            raise HTTPError(400, "MISSING_ARG_CHANNEL")
+        if not is_valid_channel_name(q["channel"]):
+            raise HTTPError(400, "INVALID_ARG_CHANNEL")
+        topic = self.nsqd.get_existing_topic(q["topic"])
+        if topic is None:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        return topic, q["channel"]
+
+    def _check_exiting(self) -> None:
+        if self.nsqd.exiting:
+            raise HTTPError(503, "EXITING")
+
+    # -- handlers ----------------------------------------------------------------
+
+    async def ping(self, request: web.Request) -> web.Response:
+        health = self.nsqd.health
+        if health != "OK":
+            return _text(f"NOK - {health}", 500)
+        return _text("OK")
+
+    async def info(self, request: web.Request) -> web.Response:
+        return _json({
+            "version": NSQ_VERSION,
+            "broadcast_address": self.nsqd.options.broadcast_address,
+            "hostname": self.nsqd.hostname(),
+            "http_port": self.nsqd.http_port,
+            "tcp_port": self.nsqd.tcp_port,
+            "start_time": self.nsqd.start_time,
+        })
+
+    async def pub(self, request: web.Request) -> web.Response:
+        max_msg = self.nsqd.options.max_msg_size
+        body = await _read_limited(request, max_msg)
+        if body is None:
+            raise HTTPError(413, "MSG_TOO_BIG")
+        if not body:
+            raise HTTPError(400, "MSG_EMPTY")
+        topic = self._topic_from_query(request)
+        defer_ms = 0
+        if "defer" in request.query:
+            try:
+                defer_ms = int(request.query["defer"])
+            except ValueError:
+                raise HTTPError(400, "INVALID_DEFER") from None
+            if not 0 <= defer_ms <= self.nsqd.options.max_req_timeout * 1000:
+                raise HTTPError(400, "INVALID_DEFER")
+        self._check_exiting()
+        try:
+            topic.publish([body], defer_ms)
+        except TopicFull:
+            raise HTTPError(503, "EXITING" if self.nsqd.exiting or topic.deleted else "PUB_FAILED") from None
+        return _text("OK")
+
+    async def mpub(self, request: web.Request) -> web.Response:
+        opts = self.nsqd.options
+        if request.content_length is not None and request.content_length > opts.max_body_size:
+            raise HTTPError(413, "BODY_TOO_BIG")
+        topic = self._topic_from_query(request)
+        binary = False
+        if "binary" in request.query:
+            binary = _BOOL.get(request.query["binary"], True)
+        body = await _read_limited(request, opts.max_body_size)
+        if body is None:
+            raise HTTPError(413, "BODY_TOO_BIG")
+        if binary:
+            bodies = _parse_binary_mpub(body, opts.max_msg_size, opts.max_body_size)
+        else:
+            bodies = [line for line in body.split(b"\n") if line]
+            for line in bodies:
+                if len(line) > opts.max_msg_size:
+                    raise HTTPError(413, "MSG_TOO_BIG")
+        self._check_exiting()
+        if bodies:
+            try:
+                topic.publish(bodies)
+            except TopicFull:
+                raise HTTPError(503, "EXITING" if self.nsqd.exiting or topic.deleted else "MPUB_FAILED") from None
+        return _text("OK")
+
+    async def stats(self, request: web.Request) -> web.Response:
+        q = request.query
+        include_clients = _BOOL.get(q.get("include_clients", ""), True)
+        include_mem = _BOOL.get(q.get("include_mem", ""), True)
+        stats = get_stats(self.nsqd, q.get("topic", ""), q.get("channel", ""), include_clients, include_mem)
+        if q.get("format") == "json":
+            return _json(stats)
+        return _text(render_text(self.nsqd, stats))
+
+    async def topic_create(self, request: web.Request) -> web.Response:
+        self._topic_from_query(request)
+        return _text("")
+
+    async def topic_delete(self, request: web.Request) -> web.Response:
+        name = self._topic_arg(request)
+        if not self.nsqd.delete_topic(name):
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        return _text("")
+
+    async def topic_empty(self, request: web.Request) -> web.Response:
+        name = self._topic_arg(request)
+        if not is_valid_topic_name(name):
+            raise HTTPError(400, "INVALID_TOPIC")
+        topic = self.nsqd.get_existing_topic(name)
+        if topic is None:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        topic.empty()
+        return _text("")
+
+    async def topic_pause(self, request: web.Request) -> web.Response:
+        name = self._topic_arg(request)
+        topic = self.nsqd.get_existing_topic(name)
+        if topic is None:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        if request.path.endswith("unpause"):
+            topic.unpause()
+        else:
+            topic.pause()
+        return _text("")
+
+    async def channel_create(self, request: web.Request) -> web.Response:
+        topic, channel = self._existing_topic_channel(request)
+        topic.get_channel(channel)
+        return _text("")
+
+    async def channel_delete(self, request: web.Request) -> web.Response:
+        topic, channel = self._existing_topic_channel(request)
+        if not topic.delete_channel(channel):
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        return _text("")
+
+    async def channel_empty(self, request: web.Request) -> web.Response:
+        topic, name = self._existing_topic_channel(request)
+        channel = topic.channels.get(name)
+        if channel is None:
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        channel.empty()
+        return _text("")
+
+    async def channel_pause(self, request: web.Request) -> web.Response:
+        topic, name = self._existing_topic_channel(request)
+        channel = topic.channels.get(name)
+        if channel is None:
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        if request.path.endswith("unpause"):
+            channel.unpause()
+        else:
+            channel.pause()
+        return _text("")
+
+    async def config(self, request: web.Request) -> web.Response:
+        opt = request.match_info["opt"]
+        opts = self.nsqd.options
+        if request.method == "PUT":
+            body = await _read_limited(request, opts.max_msg_size)
+            if not body:
+                raise HTTPError(413, "INVALID_VALUE")
+            if opt == "nsqlookupd_tcp_addresses":
+                try:
+                    value = json.loads(body)
+                except ValueError:
+                    raise HTTPError(400, "INVALID_VALUE") from None
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise HTTPError(400, "INVALID_VALUE")
+                opts.nsqlookupd_tcp_addresses = value
+            elif opt == "log_level":
+                level = body.decode(errors="replace").strip().lower()
+                if level not in ("debug", "info", "warn", "error", "fatal"):
+                    raise HTTPError(400, "INVALID_VALUE")
+                opts.log_level = level
+                from nsq.server.logs import set_level
+
+                set_level(level)
+            else:
+                raise HTTPError(400, "INVALID_OPTION")
+        if opt not in SPEC_BY_CFG:
+            raise HTTPError(400, "INVALID_OPTION")
+        return _json(describe(opts, opt))
+
+
+def _parse_binary_mpub(body: bytes, max_msg: int, max_body: int) -> list[bytes]:
+    """``[count]([size][body])*`` with Go's checks; errors are 413 as Go's."""
+    if len(body) < 4:
+        raise HTTPError(413, "BAD_BODY")
+    count = _LEN.unpack_from(body, 0)[0]
+    if count <= 0 or count > (max_body - 4) // 5:
+        raise HTTPError(413, "BAD_BODY")
+    pos = 4
+    out = []
+    for _ in range(count):
+        if len(body) - pos < 4:
+            raise HTTPError(413, "BAD_MESSAGE")
+        size = _LEN.unpack_from(body, pos)[0]
+        pos += 4
+        if size <= 0 or size > max_msg or len(body) - pos < size:
+            raise HTTPError(413, "BAD_MESSAGE")
+        out.append(body[pos:pos + size])
+        pos += size
+    return out

@@ -1,0 +1,257 @@
+"""The nsqd daemon as a library: ``NSQD(options)``, ``await start()``, ``await stop()``.
+
+An embedded nsqd runs inside any asyncio program (tests, the quick start,
+the Spark tests). ``nsq nsqd`` is a thin wrapper around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from typing import TYPE_CHECKING
+
+from nsq.protocol.names import is_valid_topic_name
+from nsq.protocol.v2 import Limits
+from nsq.server.nsqd.backend import BackendQueue, DiscardBackend, NoDiskBackend
+from nsq.server.nsqd.options import NSQDOptions
+from nsq.server.nsqd.topic import Topic
+
+if TYPE_CHECKING:
+    from nsq.server.nsqd.channel import Channel
+    from nsq.server.nsqd.client_v2 import ClientV2
+
+__all__ = ["NSQD", "split_host_port"]
+
+log = logging.getLogger("nsq.nsqd")
+
+#: seconds between scans of in-flight and deferred timeouts
+SCAN_INTERVAL = 0.1
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """Split ``host:port`` / ``[v6]:port`` / ``:port``.
+
+    Raises:
+        ValueError: no port, or a port that is not a number in 0..65535.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        raise ValueError(f"address {address!r} has no port")
+    host = host.strip("[]")
+    p = int(port)
+    if not 0 <= p <= 65535:
+        raise ValueError(f"port {p} out of range")
+    return host, p
+
+
+class NSQD:
+    """The nsqd daemon.
+
+    Args:
+        options: :class:`NSQDOptions`; defaults are Go nsqd v1.2's.
+
+    Attributes:
+        topics: by name.
+        clients: connected V2 clients by id.
+        tcp_port, http_port: bound ports (after :meth:`start`; useful with
+            port 0).
+        start_time: Unix seconds when started.
+    """
+
+    def __init__(self, options: NSQDOptions | None = None) -> None:
+        self.options = options or NSQDOptions()
+        opts = self.options
+        if not 0 <= opts.node_id < 1024:
+            raise ValueError(f"--node-id must be in [0,1024), got {opts.node_id}")
+        self.limits = Limits(
+            max_msg_size=opts.max_msg_size,
+            max_body_size=opts.max_body_size,
+            max_rdy_count=opts.max_rdy_count,
+            max_req_timeout_ms=int(opts.max_req_timeout * 1000),
+        )
+        self.topics: dict[str, Topic] = {}
+        self.clients: dict[int, ClientV2] = {}
+        self._next_client_id = 0
+        self._dirty: list[ClientV2] = []
+        self._flush_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tcp_server: asyncio.base_events.Server | None = None
+        self._http = None
+        self._scan_task: asyncio.Task | None = None
+        self._stopped: asyncio.Event | None = None
+        self.tcp_host = ""
+        self.tcp_port = 0
+        self.http_host = ""
+        self.http_port = 0
+        self.start_time = int(time.time())
+        self.exiting = False
+        self.health = "OK"
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind the TCP and HTTP listeners and start the timeout scanner.
+
+        Raises:
+            OSError: an address cannot be bound.
+            ValueError: a malformed address.
+        """
+        from nsq.server.nsqd.client_v2 import ClientV2
+        from nsq.server.nsqd.http import NSQDHTTPServer
+
+        self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        self.start_time = int(time.time())
+        host, port = split_host_port(self.options.tcp_address)
+
+        def factory() -> ClientV2:
+            self._next_client_id += 1
+            return ClientV2(self, self._next_client_id)
+
+        self._tcp_server = await self._loop.create_server(
+            factory, host or None, port, reuse_address=True, backlog=1024
+        )
+        sockname = self._tcp_server.sockets[0].getsockname()
+        self.tcp_host, self.tcp_port = sockname[0], sockname[1]
+        log.info("TCP: listening on %s", _fmt_addr(self.tcp_host, self.tcp_port))
+        try:
+            self._http = NSQDHTTPServer(self)
+            self.http_host, self.http_port = await self._http.start(self.options.http_address)
+        except BaseException:
+            self._tcp_server.close()
+            raise
+        log.info("HTTP: listening on %s", _fmt_addr(self.http_host, self.http_port))
+        self._scan_task = self._loop.create_task(self._scan_loop())
+
+    async def stop(self) -> None:
+        """Stop accepting, close every client cleanly and shut down."""
+        if self.exiting:
+            if self._stopped is not None:
+                await self._stopped.wait()
+            return
+        self.exiting = True
+        log.info("NSQ: closing")
+        if self._tcp_server is not None:
+            self._tcp_server.close()
+        self._flush_all()
+        for client in list(self.clients.values()):
+            client.close()
+        for topic in list(self.topics.values()):
+            topic.close(delete=False)
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            try:
+                await self._scan_task
+            except asyncio.CancelledError:
+                pass
+        if self._http is not None:
+            await self._http.stop()
+        if self._tcp_server is not None:
+            try:
+                await asyncio.wait_for(self._tcp_server.wait_closed(), 2)
+            except (asyncio.TimeoutError, Exception):
+                pass
+        log.info("NSQ: bye")
+        if self._stopped is not None:
+            self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        """Wait until :meth:`stop` has finished."""
+        assert self._stopped is not None
+        await self._stopped.wait()
+
+    @property
+    def tcp_address(self) -> str:
+        """``host:port`` the TCP listener is bound to."""
+        return _fmt_addr(self.tcp_host, self.tcp_port)
+
+    @property
+    def http_address(self) -> str:
+        """``host:port`` the HTTP listener is bound to."""
+        return _fmt_addr(self.http_host, self.http_port)
+
+    # -- topics ------------------------------------------------------------------
+
+    def get_topic(self, name: str) -> Topic:
+        """The topic ``name``, created if new. The name must be valid."""
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = Topic(self, name, self.make_backend(name, name.endswith("#ephemeral")))
+            self.topics[name] = topic
+            log.info("TOPIC(%s): created", name)
+        return topic
+
+    def get_existing_topic(self, name: str) -> Topic | None:
+        """The topic ``name`` or None."""
+        return self.topics.get(name)
+
+    def delete_topic(self, name: str) -> bool:
+        """Delete a topic, its channels and their messages; False if unknown."""
+        topic = self.topics.pop(name, None)
+        if topic is None:
+            return False
+        log.info("TOPIC(%s): deleting", name)
+        topic.close(delete=True)
+        return True
+
+    def make_backend(self, name: str, ephemeral: bool) -> BackendQueue:
+        """The overflow backend for a topic (``name``) or channel (``topic:channel``)."""
+        return DiscardBackend() if ephemeral else NoDiskBackend()
+
+    def notify_channel_created(self, topic: Topic, channel: Channel) -> None:
+        """Hook for lookupd registration and metadata (later issues)."""
+
+    def notify_channel_deleted(self, topic: Topic, channel: Channel) -> None:
+        """Hook for lookupd unregistration and metadata (later issues)."""
+
+    # -- clients -----------------------------------------------------------------
+
+    def add_client(self, client: ClientV2) -> None:
+        self.clients[client.id] = client
+
+    def remove_client(self, client: ClientV2) -> None:
+        self.clients.pop(client.id, None)
+
+    def schedule_flush(self, client: ClientV2) -> None:
+        """Flush ``client``'s output buffer at the end of this loop turn."""
+        self._dirty.append(client)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._flush_all)
+
+    def _flush_all(self) -> None:
+        self._flush_scheduled = False
+        dirty = self._dirty
+        self._dirty = []
+        for client in dirty:
+            client.flush()
+
+    # -- timers ------------------------------------------------------------------
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SCAN_INTERVAL)
+            now = time.monotonic()
+            try:
+                for topic in list(self.topics.values()):
+                    for channel in list(topic.channels.values()):
+                        if channel.has_timers:
+                            channel.process_timeouts(now)
+            except Exception:  # never let one bad channel stop the scanner
+                log.exception("queue scan failed")
+
+    # -- helpers -----------------------------------------------------------------
+
+    def is_valid_topic(self, name: str) -> bool:
+        return is_valid_topic_name(name)
+
+    @staticmethod
+    def hostname() -> str:
+        return socket.gethostname()
+
+
+def _fmt_addr(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,283 @@
+"""nsqd options: Go flag names, config-file names, defaults and coercion.
+
+:data:`OPTION_SPECS` is the single table the ``nsq nsqd`` command builds its
+flags from and :func:`load_config` reads TOML with (seed 000 "nsqd /
+命令行参数选项"). Durations are seconds (float) in :class:`NSQDOptions`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from nsq.protocol.message import default_node_id
+from nsq.server.durations import format_duration, parse_duration
+
+__all__ = ["NSQDOptions", "OptionSpec", "OPTION_SPECS", "load_config", "coerce", "ConfigError"]
+
+
+class ConfigError(ValueError):
+    """A flag or config-file value that cannot be used."""
+
+
+@dataclass
+class NSQDOptions:
+    """Every nsqd option, named as Go's config-file keys (snake case).
+
+    Durations are in seconds. Defaults are Go nsqd v1.2's.
+    """
+
+    # basic
+    node_id: int = field(default_factory=default_node_id)
+    log_level: str = "info"
+    log_prefix: str = "[nsqd] "
+    tcp_address: str = "0.0.0.0:4150"
+    http_address: str = "0.0.0.0:4151"
+    https_address: str = "0.0.0.0:4152"
+    broadcast_address: str = field(default_factory=socket.gethostname)
+    broadcast_tcp_port: int = 0
+    broadcast_http_port: int = 0
+    nsqlookupd_tcp_addresses: list[str] = field(default_factory=list)
+    auth_http_addresses: list[str] = field(default_factory=list)
+    http_client_connect_timeout: float = 2.0
+    http_client_request_timeout: float = 5.0
+    # disk queue
+    data_path: str = ""
+    mem_queue_size: int = 10000
+    max_bytes_per_file: int = 104857600
+    sync_every: int = 2500
+    sync_timeout: float = 2.0
+    # messages
+    msg_timeout: float = 60.0
+    max_msg_timeout: float = 900.0
+    max_msg_size: int = 1048576
+    max_body_size: int = 5242880
+    max_req_timeout: float = 3600.0
+    client_timeout: float = 60.0
+    # clients
+    max_heartbeat_interval: float = 60.0
+    max_rdy_count: int = 2500
+    max_output_buffer_size: int = 65536
+    max_output_buffer_timeout: float = 30.0
+    min_output_buffer_timeout: float = 0.025
+    output_buffer_timeout: float = 0.25
+    max_channel_consumers: int = 0
+    # statsd
+    statsd_address: str = ""
+    statsd_prefix: str = "nsq.%s"
+    statsd_interval: float = 60.0
+    statsd_mem_stats: bool = True
+    statsd_udp_packet_size: int = 508
+    # e2e latency
+    e2e_processing_latency_window_time: float = 600.0
+    e2e_processing_latency_percentiles: list[float] = field(default_factory=list)
+    # tls
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_auth_policy: str = ""
+    tls_root_ca_file: str = ""
+    tls_required: str = "false"
+    tls_min_version: str = "tls1.0"
+    # compression
+    deflate: bool = True
+    max_deflate_level: int = 6
+    snappy: bool = True
+
+    def copy(self, **changes: Any) -> NSQDOptions:
+        """A copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One nsqd flag.
+
+    Attributes:
+        flag: Go flag name without dashes (``mem-queue-size``).
+        cfg: config-file key and :class:`NSQDOptions` field.
+        kind: ``str``, ``int``, ``bool``, ``duration``, ``list``,
+            ``floatlist`` or ``tls_required``.
+        help: the flag's help text, as Go's (plus our status notes).
+    """
+
+    flag: str
+    cfg: str
+    kind: str
+    help: str
+
+
+_LATER = " [accepted; takes effect in a later release]"
+
+OPTION_SPECS: tuple[OptionSpec, ...] = (
+    OptionSpec("auth-http-address", "auth_http_addresses", "list",
+               "<addr>:<port> to query auth server (may be given multiple times)" + _LATER),
+    OptionSpec("broadcast-address", "broadcast_address", "str",
+               "address that will be registered with lookupd (defaults to the OS hostname)"),
+    OptionSpec("broadcast-http-port", "broadcast_http_port", "int",
+               "HTTP port that will be registered with lookupd (defaults to the HTTP port that this nsqd is listening to)"),
+    OptionSpec("broadcast-tcp-port", "broadcast_tcp_port", "int",
+               "TCP port that will be registered with lookupd (defaults to the TCP port that this nsqd is listening to)"),
+    OptionSpec("data-path", "data_path", "str", "path to store disk-backed messages"),
+    OptionSpec("deflate", "deflate", "bool",
+               "enable deflate feature negotiation (client compression)" + _LATER),
+    OptionSpec("e2e-processing-latency-percentile", "e2e_processing_latency_percentiles", "floatlist",
+               "message processing time percentiles (as float (0, 1.0]) to track (can be specified multiple times or comma separated '1.0,0.99,0.95', default none)" + _LATER),
+    OptionSpec("e2e-processing-latency-window-time", "e2e_processing_latency_window_time", "duration",
+               "calculate end to end latency quantiles for this duration of time" + _LATER),
+    OptionSpec("http-address", "http_address", "str", "<addr>:<port> to listen on for HTTP clients"),
+    OptionSpec("http-client-connect-timeout", "http_client_connect_timeout", "duration", "timeout for HTTP connect"),
+    OptionSpec("http-client-request-timeout", "http_client_request_timeout", "duration", "timeout for HTTP request"),
+    OptionSpec("https-address", "https_address", "str",
+               "<addr>:<port> to listen on for HTTPS clients" + _LATER),
+    OptionSpec("log-level", "log_level", "str", "set log verbosity: debug, info, warn, error, or fatal"),
+    OptionSpec("log-prefix", "log_prefix", "str", "log message prefix"),
+    OptionSpec("lookupd-tcp-address", "nsqlookupd_tcp_addresses", "list",
+               "lookupd TCP address (may be given multiple times)" + _LATER),
+    OptionSpec("max-body-size", "max_body_size", "int", "maximum size of a single command body"),
+    OptionSpec("max-bytes-per-file", "max_bytes_per_file", "int",
+               "number of bytes per diskqueue file before rolling" + _LATER),
+    OptionSpec("max-channel-consumers", "max_channel_consumers", "int",
+               "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)"),
+    OptionSpec("max-deflate-level", "max_deflate_level", "int",
+               "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)"),
+    OptionSpec("max-heartbeat-interval", "max_heartbeat_interval", "duration",
+               "maximum client configurable duration of time between client heartbeats"),
+    OptionSpec("max-msg-size", "max_msg_size", "int", "maximum size of a single message in bytes"),
+    OptionSpec("max-msg-timeout", "max_msg_timeout", "duration", "maximum duration before a message will timeout"),
+    OptionSpec("max-output-buffer-size", "max_output_buffer_size", "int",
+               "maximum client configurable size (in bytes) for a client output buffer"),
+    OptionSpec("max-output-buffer-timeout", "max_output_buffer_timeout", "duration",
+               "maximum client configurable duration of time between flushing to a client"),
+    OptionSpec("max-rdy-count", "max_rdy_count", "int", "maximum RDY count for a client"),
+    OptionSpec("max-req-timeout", "max_req_timeout", "duration", "maximum requeuing timeout for a message"),
+    OptionSpec("mem-queue-size", "mem_queue_size", "int",
+               "number of messages to keep in memory (per topic/channel)"),
+    OptionSpec("min-output-buffer-timeout", "min_output_buffer_timeout", "duration",
+               "minimum client configurable duration of time between flushing to a client"),
+    OptionSpec("msg-timeout", "msg_timeout", "duration", "default duration to wait before auto-requeing a message"),
+    OptionSpec("node-id", "node_id", "int",
+               "unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)"),
+    OptionSpec("output-buffer-timeout", "output_buffer_timeout", "duration",
+               "default duration of time between flushing data to clients"),
+    OptionSpec("snappy", "snappy", "bool", "enable snappy feature negotiation (client compression)" + _LATER),
+    OptionSpec("statsd-address", "statsd_address", "str",
+               "UDP <addr>:<port> of a statsd daemon for pushing stats" + _LATER),
+    OptionSpec("statsd-interval", "statsd_interval", "duration", "duration between pushing to statsd" + _LATER),
+    OptionSpec("statsd-mem-stats", "statsd_mem_stats", "bool",
+               "toggle sending memory and GC stats to statsd" + _LATER),
+    OptionSpec("statsd-prefix", "statsd_prefix", "str",
+               "prefix used for keys sent to statsd (%s for host replacement)" + _LATER),
+    OptionSpec("statsd-udp-packet-size", "statsd_udp_packet_size", "int",
+               "the size in bytes of statsd UDP packets" + _LATER),
+    OptionSpec("sync-every", "sync_every", "int", "number of messages per diskqueue fsync" + _LATER),
+    OptionSpec("sync-timeout", "sync_timeout", "duration", "duration of time per diskqueue fsync" + _LATER),
+    OptionSpec("tcp-address", "tcp_address", "str", "<addr>:<port> to listen on for TCP clients"),
+    OptionSpec("tls-cert", "tls_cert", "str", "path to certificate file" + _LATER),
+    OptionSpec("tls-client-auth-policy", "tls_client_auth_policy", "str",
+               "client certificate auth policy ('require' or 'require-verify')" + _LATER),
+    OptionSpec("tls-key", "tls_key", "str", "path to key file" + _LATER),
+    OptionSpec("tls-min-version", "tls_min_version", "str",
+               "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', or 'tls1.2')" + _LATER),
+    OptionSpec("tls-required", "tls_required", "tls_required",
+               "require TLS for client connections (true, false, tcp-https)" + _LATER),
+    OptionSpec("tls-root-ca-file", "tls_root_ca_file", "str", "path to certificate authority file" + _LATER),
+)
+
+SPEC_BY_CFG = {spec.cfg: spec for spec in OPTION_SPECS}
+# Go's config loader also knows these deprecated / alternate names
+_CFG_ALIASES = {"id": "node_id", "worker_id": "node_id", "lookupd_tcp_address": "nsqlookupd_tcp_addresses"}
+
+_BOOL_WORDS = {"true": True, "1": True, "t": True, "yes": True, "false": False, "0": False, "f": False, "no": False}
+
+
+def _coerce_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word not in _BOOL_WORDS:
+        raise ConfigError(f"invalid boolean {value!r}")
+    return _BOOL_WORDS[word]
+
+
+def coerce(spec: OptionSpec, value: Any) -> Any:
+    """Convert a flag or config value to the field's type.
+
+    Raises:
+        ConfigError: the value does not fit the option.
+    """
+    kind = spec.kind
+    try:
+        if kind == "str":
+            return str(value)
+        if kind == "int":
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(value)
+        if kind == "bool":
+            return _coerce_bool(value)
+        if kind == "duration":
+            return parse_duration(value)
+        if kind == "list":
+            if isinstance(value, str):
+                return [value]
+            return [str(v) for v in value]
+        if kind == "floatlist":
+            items = value if isinstance(value, (list, tuple)) else [value]
+            out: list[float] = []
+            for item in items:
+                for part in str(item).split(","):
+                    if part.strip():
+                        out.append(float(part))
+            return out
+        if kind == "tls_required":
+            word = str(value).strip().lower()
+            if word == "tcp-https":
+                return word
+            return "true" if _coerce_bool(word) else "false"
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid value {value!r} for --{spec.flag}: {exc}") from None
+    raise ConfigError(f"unknown option kind {kind}")
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """Read a Go-nsqd-style TOML config file into ``{field: value}``.
+
+    Keys are the flag names in snake case (``mem_queue_size``); Go's
+    ``nsqlookupd_tcp_addresses`` and ``id`` are understood. Durations may
+    be Go strings (``"60s"``) or integers in milliseconds.
+
+    Raises:
+        ConfigError: unreadable file, bad TOML or a bad value.
+    """
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML in config file {path}: {exc}") from None
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = _CFG_ALIASES.get(key, key)
+        spec = SPEC_BY_CFG.get(name)
+        if spec is None:
+            continue  # Go ignores unknown keys (nsqadmin/lookupd keys in a shared file)
+        out[name] = coerce(spec, value)
+    return out
+
+
+def describe(opts: NSQDOptions, cfg: str) -> Any:
+    """The JSON value of option ``cfg`` for ``GET /config/<cfg>``."""
+    value = getattr(opts, cfg)
+    spec = SPEC_BY_CFG.get(cfg)
+    if spec is not None and spec.kind == "duration":
+        return int(value * 1e9)  # Go encodes time.Duration as nanoseconds
+    return value
+
+
+__all__ += ["describe", "SPEC_BY_CFG", "format_duration"]

@@ -1,0 +1,189 @@
+"""A topic: the stream publishers write to, copied to each of its channels.
+
+A topic with no channel (or a paused topic) keeps its messages in its own
+queue until a channel appears (or it is unpaused); then they flow on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from nsq.protocol.errors import ClientError
+from nsq.protocol.message import IDFactory, encode_message
+from nsq.protocol.names import is_ephemeral
+from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend
+from nsq.server.nsqd.channel import Channel
+from nsq.server.nsqd.message import Message
+
+if TYPE_CHECKING:
+    from nsq.server.nsqd.nsqd import NSQD
+
+__all__ = ["Topic", "TopicFull"]
+
+log = logging.getLogger("nsq.nsqd")
+
+
+class TopicFull(Exception):
+    """A publish that memory cannot hold and no backend can take."""
+
+
+class Topic:
+    """One topic.
+
+    Attributes:
+        name: topic name.
+        ephemeral: name ends in ``#ephemeral``; deleted with its last channel.
+        channels: by name, in creation order.
+        queue: messages waiting for a channel (no channel yet, or paused).
+        backend: overflow backend for ``queue``.
+        paused: messages stay in ``queue`` while True.
+        message_count, message_bytes: published so far.
+    """
+
+    def __init__(self, nsqd: NSQD, name: str, backend: BackendQueue | None = None) -> None:
+        self.nsqd = nsqd
+        self.name = name
+        self.ephemeral = is_ephemeral(name)
+        self.mem_queue_size = nsqd.options.mem_queue_size
+        self.channels: dict[str, Channel] = {}
+        self.queue: deque[Message] = deque()
+        if backend is None:
+            backend = DiscardBackend() if self.ephemeral else NoDiskBackend()
+        self.backend = backend
+        self.paused = False
+        self.deleted = False
+        self.message_count = 0
+        self.message_bytes = 0
+        self._ids = IDFactory(nsqd.options.node_id)
+
+    def __repr__(self) -> str:
+        return f"Topic({self.name})"
+
+    @property
+    def depth(self) -> int:
+        """Messages waiting in the topic itself (memory + backend)."""
+        return len(self.queue) + self.backend.depth
+
+    # -- ids -------------------------------------------------------------------
+
+    def new_ids(self, count: int) -> list[bytes]:
+        """``count`` new message IDs (waits out an exhausted ~1 ms window)."""
+        ids = self._ids.new_ids(time.time_ns(), count)
+        while len(ids) < count:
+            ids += self._ids.new_ids(time.time_ns(), count - len(ids))
+        return ids
+
+    # -- publishing ------------------------------------------------------------
+
+    def publish(self, bodies: list[bytes], defer_ms: int = 0) -> None:
+        """Accept new messages (PUB, MPUB, DPUB, /pub, /mpub).
+
+        All or none: if a durable topic or channel cannot hold them (memory
+        full and no backend that takes overflow) nothing is queued.
+
+        Raises:
+            TopicFull: refused; the caller answers ``E_PUB_FAILED`` (or the
+                MPUB/DPUB equivalent, or HTTP 503).
+        """
+        if self.deleted:
+            raise TopicFull("exiting")
+        n = len(bodies)
+        self._check_room(n)
+        ts = time.time_ns()
+        ids = self.new_ids(n)
+        msgs = [Message(i, b, ts, 0, defer_ms) for i, b in zip(ids, bodies)]
+        self.message_count += n
+        self.message_bytes += sum(map(len, bodies))
+        if self.channels and not self.paused:
+            self._distribute(msgs)
+        else:
+            self._hold(msgs)
+
+    def _check_room(self, n: int) -> None:
+        if self.ephemeral:
+            return
+        if self.channels and not self.paused:
+            for channel in self.channels.values():
+                if not channel.backend.accepts_overflow and channel.capacity() < n:
+                    raise TopicFull(f"channel {channel.name} memory queue full (--mem-queue-size)")
+        elif not self.backend.accepts_overflow and len(self.queue) + n > self.mem_queue_size:
+            raise TopicFull("topic memory queue full (--mem-queue-size)")
+
+    def _distribute(self, msgs: list[Message]) -> None:
+        channels = list(self.channels.values())
+        last = len(channels) - 1
+        for i, channel in enumerate(channels):
+            channel.put_messages(msgs if i == last else [m.copy() for m in msgs])
+
+    def _hold(self, msgs: list[Message]) -> None:
+        q = self.queue
+        for msg in msgs:
+            if len(q) < self.mem_queue_size:
+                q.append(msg)
+            else:
+                try:
+                    self.backend.put(encode_message(msg.timestamp, msg.attempts, msg.id, msg.body))
+                except BackendFull:
+                    q.append(msg)
+
+    def flush_held(self) -> None:
+        """Move messages held in the topic to its channels (new channel, unpause)."""
+        if not self.channels or self.paused or not self.queue:
+            return
+        msgs = list(self.queue)
+        self.queue.clear()
+        self._distribute(msgs)
+
+    # -- channels ----------------------------------------------------------------
+
+    def get_channel(self, name: str) -> Channel:
+        """The channel ``name``, created (and fed held messages) if new."""
+        channel = self.channels.get(name)
+        if channel is None:
+            channel = Channel(self, name, self.nsqd.make_backend(f"{self.name}:{name}", is_ephemeral(name)))
+            self.channels[name] = channel
+            log.info("TOPIC(%s): new channel(%s)", self.name, name)
+            self.nsqd.notify_channel_created(self, channel)
+            self.flush_held()
+        return channel
+
+    def delete_channel(self, name: str) -> bool:
+        """Delete a channel (closing its clients); False if it does not exist."""
+        channel = self.channels.pop(name, None)
+        if channel is None:
+            return False
+        log.info("TOPIC(%s): deleting channel %s", self.name, name)
+        channel.close(delete=True)
+        self.nsqd.notify_channel_deleted(self, channel)
+        if self.ephemeral and not self.channels and not self.deleted:
+            self.nsqd.delete_topic(self.name)
+        return True
+
+    # -- admin -------------------------------------------------------------------
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def unpause(self) -> None:
+        self.paused = False
+        self.flush_held()
+
+    def empty(self) -> None:
+        """Drop the messages held in the topic (not its channels'), as Go."""
+        self.queue.clear()
+        self.backend.empty()
+
+    def close(self, delete: bool) -> None:
+        """Close every channel; with ``delete``, drop all storage."""
+        self.deleted = True
+        for channel in list(self.channels.values()):
+            channel.close(delete)
+        if delete:
+            self.channels.clear()
+            self.queue.clear()
+            self.backend.delete()
+        else:
+            self.backend.close()
