@@ -1,0 +1,227 @@
+"""One client connection to nsqd over TCP (protocol V2).
+
+Handles the magic, IDENTIFY, heartbeats (answered with NOP), and pairs
+responses with the commands that expect one (IDENTIFY, SUB, PUB, MPUB, DPUB,
+CLS) in order. Message frames go to a callback. Non-fatal error frames for
+FIN/REQ/TOUCH (``E_FIN_FAILED`` ...) are logged and never answer a command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from nsq import __version__
+from nsq.client.errors import ConnectionClosedError, ErrorResponse
+from nsq.protocol import commands
+from nsq.protocol.errors import NON_FATAL_CODES, ProtocolError
+from nsq.protocol.frames import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    HEARTBEAT,
+    MAGIC_V2,
+    FrameReader,
+)
+from nsq.protocol.message import decode_message, DecodedMessage
+
+__all__ = ["Connection", "parse_address", "DEFAULT_USER_AGENT"]
+
+log = logging.getLogger("nsq.client")
+
+DEFAULT_USER_AGENT = f"nsq-python/{__version__}"
+_HEARTBEAT_NOP = commands.nop()
+
+
+def parse_address(address: str, default_port: int = 4150) -> tuple[str, int]:
+    """``host:port`` -> (host, port).
+
+    Raises:
+        ValueError: a port that is not a number.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        return address, default_port
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.conn._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.conn._data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn._connection_lost(exc)
+
+
+class Connection:
+    """A V2 connection to one nsqd.
+
+    Args:
+        address: ``host:port`` of nsqd's TCP listener.
+        identify: extra IDENTIFY fields (``heartbeat_interval``,
+            ``msg_timeout`` ms, ``user_agent``, ...).
+        on_message: called with each :class:`DecodedMessage` received.
+        on_close: called once when the connection closes.
+        connect_timeout: seconds.
+
+    Attributes:
+        features: nsqd's IDENTIFY answer (feature negotiation JSON).
+        closed: True once the socket is gone.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        identify: dict[str, Any] | None = None,
+        on_message: Callable[[Connection, DecodedMessage], None] | None = None,
+        on_close: Callable[[Connection], None] | None = None,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        self.address = address
+        self.host, self.port = parse_address(address)
+        self.identify_data: dict[str, Any] = {
+            "client_id": socket.gethostname().split(".")[0],
+            "hostname": socket.gethostname(),
+            "feature_negotiation": True,
+            "user_agent": DEFAULT_USER_AGENT,
+        }
+        if identify:
+            self.identify_data.update(identify)
+        self.on_message = on_message
+        self.on_close = on_close
+        self.connect_timeout = connect_timeout
+        self.features: dict[str, Any] = {}
+        self.closed = False
+        self.close_error: Exception | None = None
+        self._transport: asyncio.Transport | None = None
+        self._reader = FrameReader()
+        self._pending: deque[asyncio.Future] = deque()
+        self._closed_event = asyncio.Event()
+
+    def __repr__(self) -> str:
+        return f"Connection({self.address})"
+
+    async def connect(self) -> dict[str, Any]:
+        """Open the socket, send the magic and IDENTIFY.
+
+        Returns:
+            nsqd's IDENTIFY answer (``{}`` for a plain ``OK``).
+
+        Raises:
+            OSError: cannot connect; asyncio.TimeoutError: no answer in time;
+            ErrorResponse: IDENTIFY refused.
+        """
+        loop = asyncio.get_running_loop()
+        await asyncio.wait_for(
+            loop.create_connection(lambda: _Protocol(self), self.host, self.port), self.connect_timeout
+        )
+        assert self._transport is not None
+        self._transport.write(MAGIC_V2)
+        data = await asyncio.wait_for(self.command(commands.identify(self.identify_data)), self.connect_timeout)
+        if data != b"OK":
+            try:
+                self.features = json.loads(data)
+            except ValueError:
+                self.features = {}
+        return self.features
+
+    # -- sending -----------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        """Write bytes for commands that get no response (RDY, FIN, REQ, TOUCH, NOP).
+
+        Raises:
+            ConnectionClosedError: the connection is closed.
+        """
+        if self.closed or self._transport is None:
+            raise ConnectionClosedError(f"connection to {self.address} is closed")
+        self._transport.write(data)
+
+    def command(self, data: bytes) -> asyncio.Future:
+        """Write a command that nsqd answers; the future gets the response data.
+
+        The future fails with :class:`ErrorResponse` for an error frame or
+        :class:`ConnectionClosedError` if the connection drops first.
+        """
+        fut = asyncio.get_running_loop().create_future()
+        if self.closed or self._transport is None:
+            fut.set_exception(ConnectionClosedError(f"connection to {self.address} is closed"))
+            return fut
+        self._pending.append(fut)
+        self._transport.write(data)
+        return fut
+
+    def close(self) -> None:
+        """Close the socket now."""
+        if self._transport is not None and not self.closed:
+            self._transport.close()
+
+    async def wait_closed(self) -> None:
+        await self._closed_event.wait()
+
+    @property
+    def pending(self) -> int:
+        """Commands awaiting a response."""
+        return len(self._pending)
+
+    # -- receiving ---------------------------------------------------------------
+
+    def _data_received(self, data: bytes) -> None:
+        reader = self._reader
+        reader.feed(data)
+        try:
+            while (frame := reader.next_frame()) is not None:
+                frame_type, payload = frame
+                if frame_type == FRAME_TYPE_MESSAGE:
+                    if self.on_message is not None:
+                        self.on_message(self, decode_message(payload))
+                elif frame_type == FRAME_TYPE_RESPONSE:
+                    if payload == HEARTBEAT:
+                        self._transport.write(_HEARTBEAT_NOP)  # type: ignore[union-attr]
+                    elif self._pending:
+                        fut = self._pending.popleft()
+                        if not fut.done():
+                            fut.set_result(payload)
+                elif frame_type == FRAME_TYPE_ERROR:
+                    text = payload.decode("utf-8", "replace")
+                    code = text.split(" ", 1)[0]
+                    if code in NON_FATAL_CODES or not self._pending:
+                        log.warning("[%s] nsqd error: %s", self.address, text)
+                    else:
+                        fut = self._pending.popleft()
+                        if not fut.done():
+                            fut.set_exception(ErrorResponse(text))
+                    if code not in NON_FATAL_CODES:
+                        # nsqd closes the connection after a fatal error:
+                        # refuse new commands now rather than lose them
+                        self.close_error = ErrorResponse(text)
+                        self.close()
+                        self.closed = True
+                        return
+        except ProtocolError as exc:
+            log.error("[%s] protocol error: %s", self.address, exc)
+            self.close_error = exc
+            self.close()
+
+    def _connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if exc is not None and self.close_error is None:
+            self.close_error = exc
+        while self._pending:
+            fut = self._pending.popleft()
+            if not fut.done():
+                fut.set_exception(ConnectionClosedError(f"connection to {self.address} closed"))
+        self._closed_event.set()
+        if self.on_close is not None:
+            self.on_close(self)

@@ -1,0 +1,289 @@
+"""Consumer: subscribe to a topic/channel on nsqd(s) and handle messages.
+
+Follows seed 002 "building client libraries" for what this release covers:
+IDENTIFY, SUB, RDY spread over connections (``max_in_flight`` split evenly,
+at least 1 each, never above nsqd's ``max_rdy_count``), FIN/REQ by handler
+result, ``max_attempts`` with a give-up callback, requeue delay growing with
+attempts, heartbeats answered, reconnect with exponential backoff for direct
+nsqd addresses, and a clean close (CLS, wait for in-flight handlers).
+Discovery through lookupd and RDY backoff come with later releases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from nsq.client.connection import Connection
+from nsq.client.errors import ClientConfigError
+from nsq.client.message import Message
+from nsq.protocol import commands
+from nsq.protocol.message import DecodedMessage
+from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
+
+__all__ = ["Consumer", "Handler"]
+
+log = logging.getLogger("nsq.client")
+
+#: a handler returns True/None (finish) or False (requeue), or raises (requeue)
+Handler = Callable[[Message], "bool | None | Awaitable[bool | None]"]
+
+
+class Consumer:
+    """Consumes ``topic``/``channel`` from one or more nsqd.
+
+    Args:
+        topic, channel: names (``#ephemeral`` allowed).
+        handler: called with each :class:`~nsq.client.message.Message`;
+            sync or async. True/None finishes, False or an exception
+            requeues, unless the handler already answered the message.
+        nsqd_tcp_addresses: ``host:port`` of each nsqd to connect to.
+        max_in_flight: messages in flight over all connections.
+        max_attempts: give up after this many attempts (0 = never): the
+            message is finished and ``on_give_up`` called.
+        requeue_delay_ms: base REQ delay; grows linearly with attempts up to
+            ``max_requeue_delay_ms``.
+        identify: extra IDENTIFY fields (``msg_timeout`` ms,
+            ``heartbeat_interval`` ms, ``user_agent``, ``sample_rate`` ...).
+        on_give_up: called with a message past ``max_attempts``.
+        reconnect_max_delay: seconds between reconnect tries at most.
+
+    Raises:
+        ClientConfigError: invalid names or numbers.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        channel: str,
+        handler: Handler,
+        nsqd_tcp_addresses: Iterable[str] = (),
+        max_in_flight: int = 1,
+        max_attempts: int = 0,
+        requeue_delay_ms: int = 90_000,
+        max_requeue_delay_ms: int = 900_000,
+        identify: dict[str, Any] | None = None,
+        on_give_up: Callable[[Message], None] | None = None,
+        reconnect_max_delay: float = 60.0,
+    ) -> None:
+        if not is_valid_topic_name(topic):
+            raise ClientConfigError(f"invalid topic name {topic!r}")
+        if not is_valid_channel_name(channel):
+            raise ClientConfigError(f"invalid channel name {channel!r}")
+        if max_in_flight < 0:
+            raise ClientConfigError("max_in_flight must be >= 0")
+        self.topic = topic
+        self.channel = channel
+        self.handler = handler
+        self.addresses = list(dict.fromkeys(nsqd_tcp_addresses))
+        self.max_in_flight = max_in_flight
+        self.max_attempts = max_attempts
+        self.requeue_delay = requeue_delay_ms
+        self.max_requeue_delay = max_requeue_delay_ms
+        self.identify = dict(identify or {})
+        self.on_give_up = on_give_up
+        self.reconnect_max_delay = reconnect_max_delay
+        self.connections: dict[str, Connection] = {}
+        self._rdy: dict[Connection, int] = {}
+        self._in_flight: dict[Connection, int] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._reconnect_tasks: dict[str, asyncio.Task] = {}
+        self._closing = False
+        self._closed = asyncio.Event()
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to every configured nsqd.
+
+        Raises:
+            OSError / asyncio.TimeoutError / ErrorResponse: the first
+                connection failed and there is no other (otherwise failed
+                ones are retried in the background).
+        """
+        results = await asyncio.gather(*(self._connect(a) for a in self.addresses), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for address, result in zip(self.addresses, results):
+            if isinstance(result, BaseException):
+                log.warning("[%s] connect failed: %s", address, result)
+                self._schedule_reconnect(address)
+        if errors and len(errors) == len(results):
+            raise errors[0]
+
+    async def connect_to_nsqd(self, address: str) -> None:
+        """Add an nsqd (``host:port``) and connect to it."""
+        if address not in self.addresses:
+            self.addresses.append(address)
+        await self._connect(address)
+
+    async def _connect(self, address: str) -> None:
+        conn = Connection(address, self.identify, on_message=self._on_message, on_close=self._on_close)
+        await conn.connect()
+        await conn.command(commands.sub(self.topic, self.channel))
+        if self._closing:
+            conn.close()
+            return
+        self.connections[address] = conn
+        self._in_flight[conn] = 0
+        log.info("[%s] subscribed to %s/%s", address, self.topic, self.channel)
+        self._redistribute()
+
+    def _redistribute(self) -> None:
+        """Spread max_in_flight over the connections (at least 1 each)."""
+        conns = [c for c in self.connections.values() if not c.closed]
+        if not conns:
+            return
+        share, extra = divmod(self.max_in_flight, len(conns))
+        for i, conn in enumerate(conns):
+            count = share + (1 if i < extra else 0)
+            if self.max_in_flight and count == 0:
+                count = 1
+            cap = conn.features.get("max_rdy_count") if isinstance(conn.features, dict) else None
+            if cap:
+                count = min(count, int(cap))
+            if self._closing:
+                count = 0
+            if self._rdy.get(conn) != count:
+                self._rdy[conn] = count
+                conn.send(commands.rdy(count))
+
+    def is_starved(self) -> bool:
+        """True if some connection has at least 85% of its RDY in flight."""
+        for conn, rdy in self._rdy.items():
+            if rdy and self._in_flight.get(conn, 0) >= rdy * 0.85:
+                return True
+        return False
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """CLS every connection, wait (up to ``timeout`` s) for handlers, close."""
+        if self._closing:
+            await self._closed.wait()
+            return
+        self._closing = True
+        for task in self._reconnect_tasks.values():
+            task.cancel()
+        waits = []
+        for conn in list(self.connections.values()):
+            if not conn.closed:
+                try:
+                    waits.append(conn.command(commands.cls()))
+                except Exception:
+                    pass
+        if waits:
+            await asyncio.wait(waits, timeout=timeout)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)
+        for conn in list(self.connections.values()):
+            conn.close()
+        for conn in list(self.connections.values()):
+            try:
+                await asyncio.wait_for(conn.wait_closed(), 1)
+            except asyncio.TimeoutError:
+                pass
+        self._closed.set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    # -- messages ----------------------------------------------------------------
+
+    def requeue_delay_ms(self, attempts: int) -> int:
+        """REQ delay for a message on its ``attempts``-th try (ms)."""
+        return min(self.requeue_delay * attempts, self.max_requeue_delay)
+
+    def _on_message(self, conn: Connection, decoded: DecodedMessage) -> None:
+        self.message_count += 1
+        self._in_flight[conn] = self._in_flight.get(conn, 0) + 1
+        msg = Message(decoded.id, decoded.body, decoded.timestamp, decoded.attempts, self.topic, conn, self)
+        if self.max_attempts and msg.attempts > self.max_attempts:
+            log.warning("msg %s attempted %d times, giving up", msg.id.decode(), msg.attempts)
+            if self.on_give_up is not None:
+                try:
+                    self.on_give_up(msg)
+                except Exception:
+                    log.exception("give-up callback failed")
+            msg.finish()
+            return
+        try:
+            result = self.handler(msg)
+        except Exception:
+            log.exception("handler failed for msg %s", msg.id.decode())
+            msg.requeue()
+            return
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            self._tasks.add(task)
+            task.add_done_callback(lambda t, m=msg: self._handler_done(t, m))
+        else:
+            self._respond(msg, result)
+
+    def _handler_done(self, task: asyncio.Task, msg: Message) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            msg.requeue()
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("handler failed for msg %s: %r", msg.id.decode(), exc)
+            msg.requeue()
+            return
+        self._respond(msg, task.result())
+
+    @staticmethod
+    def _respond(msg: Message, result: Any) -> None:
+        if msg.responded:
+            return
+        if result is False:
+            msg.requeue()
+        else:
+            msg.finish()
+
+    def _finished(self, msg: Message, conn: Connection, data: bytes, failed: bool = False) -> None:
+        if failed:
+            self.requeue_count += 1
+        else:
+            self.finish_count += 1
+        if conn in self._in_flight and self._in_flight[conn] > 0:
+            self._in_flight[conn] -= 1
+        if not conn.closed:
+            conn.send(data)
+
+    # -- connections ---------------------------------------------------------------
+
+    def _on_close(self, conn: Connection) -> None:
+        address = conn.address
+        if self.connections.get(address) is conn:
+            del self.connections[address]
+        self._rdy.pop(conn, None)
+        self._in_flight.pop(conn, None)
+        if self._closing:
+            return
+        log.warning("[%s] connection closed%s", address, f": {conn.close_error}" if conn.close_error else "")
+        self._redistribute()
+        self._schedule_reconnect(address)
+
+    def _schedule_reconnect(self, address: str) -> None:
+        if self._closing or address in self._reconnect_tasks:
+            return
+        task = asyncio.get_running_loop().create_task(self._reconnect(address))
+        self._reconnect_tasks[address] = task
+
+    async def _reconnect(self, address: str) -> None:
+        delay = 1.0
+        try:
+            while not self._closing:
+                await asyncio.sleep(delay)
+                try:
+                    await self._connect(address)
+                    return
+                except Exception as exc:
+                    log.warning("[%s] reconnect failed: %s (retry in %.0fs)", address, exc, delay)
+                    delay = min(delay * 2, self.reconnect_max_delay)
+        finally:
+            self._reconnect_tasks.pop(address, None)

@@ -1,0 +1,59 @@
+"""The message a Consumer hands to its handler."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nsq.protocol import commands
+
+if TYPE_CHECKING:
+    from nsq.client.connection import Connection
+    from nsq.client.consumer import Consumer
+
+__all__ = ["Message"]
+
+
+class Message:
+    """A received message, answerable once (FIN or REQ) and touchable.
+
+    Attributes:
+        id: 16 ASCII hex bytes.
+        body: payload bytes.
+        timestamp: ns since the epoch when nsqd accepted it.
+        attempts: delivery attempts including this one.
+        topic: the topic it came from.
+        nsqd_address: the nsqd that delivered it.
+    """
+
+    __slots__ = ("id", "body", "timestamp", "attempts", "topic", "nsqd_address", "_conn", "_consumer", "responded")
+
+    def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int, topic: str,
+                 conn: Connection, consumer: Consumer) -> None:
+        self.id = msg_id
+        self.body = body
+        self.timestamp = timestamp
+        self.attempts = attempts
+        self.topic = topic
+        self.nsqd_address = conn.address
+        self._conn = conn
+        self._consumer = consumer
+        self.responded = False
+
+    def finish(self) -> None:
+        """FIN: processed successfully (sent on the connection it came from)."""
+        if not self.responded:
+            self.responded = True
+            self._consumer._finished(self, self._conn, commands.fin(self.id))
+
+    def requeue(self, delay_ms: int | None = None) -> None:
+        """REQ: retry later; ``delay_ms`` None uses the consumer's backoff-by-attempts."""
+        if not self.responded:
+            self.responded = True
+            if delay_ms is None:
+                delay_ms = self._consumer.requeue_delay_ms(self.attempts)
+            self._consumer._finished(self, self._conn, commands.req(self.id, delay_ms), failed=True)
+
+    def touch(self) -> None:
+        """TOUCH: reset the in-flight timeout."""
+        if not self.responded and not self._conn.closed:
+            self._conn.send(commands.touch(self.id))

@@ -1,0 +1,110 @@
+"""nsq.client Producer and Consumer against a real in-process nsqd."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from nsq.client import Consumer, ErrorResponse, Producer
+from nsq.server.nsqd import NSQD, NSQDOptions
+
+
+@pytest.fixture
+async def nsqd():
+    d = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", msg_timeout=2.0))
+    await d.start()
+    yield d
+    await d.stop()
+
+
+async def wait_for(pred, timeout=5.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not pred():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+async def test_producer_pipelined_and_errors(nsqd):
+    async with Producer(nsqd.tcp_address) as p:
+        await asyncio.gather(*(p.publish("t", b"m%d" % i) for i in range(100)))
+        await p.multi_publish("t", [b"a", b"b"])
+        await p.deferred_publish("t", b"later", 50)
+        with pytest.raises(ErrorResponse) as exc:
+            await p.publish("t", b"")
+        assert exc.value.code == "E_BAD_MESSAGE"
+        # the fatal error closed the connection; the next publish reconnects
+        await p.publish("t", b"after")
+    assert nsqd.topics["t"].message_count == 104
+
+
+async def test_consumer_finish_requeue_and_rdy_spread(nsqd):
+    seen: list[tuple[bytes, int]] = []
+
+    def handler(msg):
+        seen.append((msg.body, msg.attempts))
+        if msg.body == b"retry" and msg.attempts == 1:
+            msg.requeue(0)
+            return None
+        return True
+
+    c = Consumer("t", "c", handler, [nsqd.tcp_address], max_in_flight=10)
+    await c.start()
+    async with Producer(nsqd.tcp_address) as p:
+        await p.multi_publish("t", [b"x", b"retry", b"y"])
+    await wait_for(lambda: len(seen) == 4)
+    assert (b"retry", 2) in seen
+    ch = nsqd.topics["t"].channels["c"]
+    await wait_for(lambda: not ch.in_flight)
+    client = next(iter(ch.clients.values()))
+    assert client.ready_count == 10
+    assert client.finish_count == 3 and client.requeue_count == 1
+    await c.close()
+    await wait_for(lambda: not ch.clients)
+
+
+async def test_async_handler_and_max_attempts(nsqd):
+    gave_up = []
+
+    async def handler(msg):
+        await asyncio.sleep(0)
+        return False  # always fail
+
+    c = Consumer("t", "c", handler, [nsqd.tcp_address], max_in_flight=1, max_attempts=2,
+                 requeue_delay_ms=0, on_give_up=gave_up.append)
+    await c.start()
+    async with Producer(nsqd.tcp_address) as p:
+        await p.publish("t", b"doomed")
+    await wait_for(lambda: len(gave_up) == 1)
+    assert gave_up[0].attempts == 3
+    ch = nsqd.topics["t"].channels["c"]
+    await wait_for(lambda: not ch.in_flight and ch.depth == 0)
+    await c.close()
+
+
+async def test_consumer_reconnects_after_nsqd_restart(nsqd):
+    got = []
+    c = Consumer("t", "c", lambda m: got.append(m.body), [nsqd.tcp_address], max_in_flight=5)
+    c.reconnect_max_delay = 1.0
+    await c.start()
+    port = nsqd.tcp_port
+    await nsqd.stop()
+    await wait_for(lambda: not c.connections)
+    d2 = NSQD(NSQDOptions(tcp_address=f"127.0.0.1:{port}", http_address="127.0.0.1:0"))
+    await d2.start()
+    try:
+        await wait_for(lambda: c.connections, timeout=8)
+        async with Producer(d2.tcp_address) as p:
+            await p.publish("t", b"back")
+        await wait_for(lambda: got == [b"back"])
+    finally:
+        await c.close()
+        await d2.stop()
+
+
+async def test_consumer_start_fails_cleanly_without_nsqd():
+    c = Consumer("t", "c", lambda m: None, ["127.0.0.1:1"])
+    with pytest.raises(OSError):
+        await c.start()
+    await c.close()
