@@ -108,6 +108,7 @@ class ClientV2(asyncio.Protocol):
         self.channel: Channel | None = None
         self.pub_counts: dict[str, int] = {}
         self.last_recv = 0.0
+        self._freed = False
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._handlers = {
@@ -162,6 +163,12 @@ class ClientV2(asyncio.Protocol):
                 self._client_error(exc)
                 if exc.fatal:
                     return
+        if self._freed:
+            # FIN/REQ freed RDY slots: refill them in one batch per read,
+            # not one pump per FIN
+            self._freed = False
+            if self.channel is not None and self.in_flight_count < self.ready_count:
+                self.channel.client_ready(self)
         self._mark_dirty()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -421,8 +428,7 @@ class ClientV2(asyncio.Protocol):
 
     def _message_done(self) -> None:
         self.in_flight_count -= 1
-        if self.in_flight_count < self.ready_count:
-            self.channel.client_ready(self)  # type: ignore[union-attr]
+        self._freed = True
 
     def timed_out_message(self) -> None:
         """An in-flight message of this client timed out."""
