@@ -177,6 +177,11 @@ class Channel:
                     self._send(client, batch, now)
                 if client.in_flight_count >= client.ready_count or client.closing:
                     del ready[client]
+                elif n > 0:
+                    # rotate: the next pump starts with another ready client,
+                    # so one-at-a-time publishes are shared between consumers
+                    del ready[client]
+                    ready[client] = None
                 if not q:
                     break
 

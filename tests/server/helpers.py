@@ -1,0 +1,206 @@
+"""Raw TCP / HTTP helpers for the nsqd integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+
+from nsq.protocol import commands as c
+from nsq.protocol.frames import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    MAGIC_V2,
+    FrameReader,
+)
+from nsq.protocol.message import DecodedMessage, decode_message
+
+NSQ_HEADER = ("X-NSQ-Content-Type", "nsq; version=1.0")
+
+
+class Closed(Exception):
+    """The server closed the connection."""
+
+
+class Conn:
+    """One raw V2 TCP connection to nsqd."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.frames = FrameReader()
+        self.eof = False
+
+    @classmethod
+    async def open(cls, port: int, magic: bytes | None = MAGIC_V2) -> Conn:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        conn = cls(reader, writer)
+        if magic is not None:
+            writer.write(magic)
+        return conn
+
+    async def send(self, *data: bytes) -> None:
+        self.writer.write(b"".join(data))
+        await self.writer.drain()
+
+    async def _fill(self, timeout: float) -> None:
+        if self.eof:
+            raise Closed()
+        try:
+            data = await asyncio.wait_for(self.reader.read(65536), timeout)
+        except (ConnectionResetError, BrokenPipeError):
+            data = b""
+        if not data:
+            self.eof = True
+            raise Closed()
+        self.frames.feed(data)
+
+    async def read_frame(self, timeout: float = 1.0) -> tuple[int, bytes]:
+        """The next frame; raises TimeoutError or Closed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            frame = self.frames.next_frame()
+            if frame is not None:
+                return frame
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise asyncio.TimeoutError()
+            await self._fill(remaining)
+
+    async def expect_response(self, data: bytes, timeout: float = 1.0) -> None:
+        assert await self.read_frame(timeout) == (FRAME_TYPE_RESPONSE, data)
+
+    async def expect_ok(self, timeout: float = 1.0) -> None:
+        await self.expect_response(b"OK", timeout)
+
+    async def expect_error(self, timeout: float = 1.0) -> bytes:
+        ftype, data = await self.read_frame(timeout)
+        assert ftype == FRAME_TYPE_ERROR, (ftype, data)
+        return data
+
+    async def read_message(self, timeout: float = 1.0) -> DecodedMessage:
+        ftype, data = await self.read_frame(timeout)
+        assert ftype == FRAME_TYPE_MESSAGE, (ftype, data)
+        return decode_message(data)
+
+    async def expect_nothing(self, timeout: float) -> None:
+        """Assert no frame arrives (and the connection stays open) for ``timeout``."""
+        try:
+            frame = await self.read_frame(timeout)
+        except asyncio.TimeoutError:
+            return
+        raise AssertionError(f"unexpected frame {frame!r}")
+
+    async def expect_closed(self, timeout: float = 1.0) -> list[tuple[int, bytes]]:
+        """Wait for EOF; returns any frames received before it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        got = []
+        while True:
+            frame = self.frames.next_frame()
+            if frame is not None:
+                got.append(frame)
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise AssertionError(f"connection not closed within {timeout}s (frames {got!r})")
+            try:
+                await self._fill(remaining)
+            except Closed:
+                return got
+            except asyncio.TimeoutError:
+                raise AssertionError(f"connection not closed within {timeout}s (frames {got!r})") from None
+
+    async def identify(self, **data: Any) -> tuple[int, bytes]:
+        await self.send(c.identify(data))
+        return await self.read_frame()
+
+    async def subscribe(self, topic: str, channel: str, rdy: int | None = None) -> None:
+        await self.send(c.sub(topic, channel))
+        await self.expect_ok()
+        if rdy is not None:
+            await self.send(c.rdy(rdy))
+
+    async def publish(self, topic: str, body: bytes) -> None:
+        await self.send(c.pub(topic, body))
+        await self.expect_ok()
+
+    def close(self) -> None:
+        self.writer.close()
+
+    async def aclose(self) -> None:
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
+
+
+class HTTP:
+    """aiohttp helpers bound to one nsqd's HTTP port."""
+
+    def __init__(self, session: aiohttp.ClientSession, port: int) -> None:
+        self.session = session
+        self.base = f"http://127.0.0.1:{port}"
+
+    async def request(
+        self, method: str, path: str, data: bytes | str | None = None, params: dict | None = None
+    ) -> tuple[int, bytes, Any]:
+        """(status, body, headers); asserts the X-NSQ-Content-Type header."""
+        async with self.session.request(method, self.base + path, data=data, params=params) as resp:
+            body = await resp.read()
+            assert resp.headers.get(NSQ_HEADER[0]) == NSQ_HEADER[1], (method, path, dict(resp.headers))
+            return resp.status, body, resp.headers
+
+    async def get(self, path: str, **params: Any) -> tuple[int, bytes]:
+        status, body, _ = await self.request("GET", path, params=params or None)
+        return status, body
+
+    async def post(self, path: str, data: bytes | str | None = None, **params: Any) -> tuple[int, bytes]:
+        status, body, _ = await self.request("POST", path, data=data, params=params or None)
+        return status, body
+
+    async def stats(self, **params: Any) -> dict[str, Any]:
+        status, body = await self.get("/stats", format="json", **params)
+        assert status == 200, body
+        return json.loads(body)
+
+    async def topic_stats(self, topic: str) -> dict[str, Any] | None:
+        stats = await self.stats(topic=topic)
+        for t in stats["topics"] or []:
+            if t["topic_name"] == topic:
+                return t
+        return None
+
+    async def channel_stats(self, topic: str, channel: str) -> dict[str, Any] | None:
+        t = await self.topic_stats(topic)
+        if t is None:
+            return None
+        for ch in t["channels"]:
+            if ch["channel_name"] == channel:
+                return ch
+        return None
+
+
+def error_json(text: str) -> bytes:
+    return json.dumps({"message": text}, separators=(",", ":")).encode()
+
+
+async def wait_for(predicate, timeout: float = 1.0, interval: float = 0.02):
+    """Poll an async predicate until it returns a truthy value."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if loop.time() >= deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last {value!r})")
+        await asyncio.sleep(interval)
+
+
+__all__ = ["Conn", "HTTP", "Closed", "error_json", "wait_for", "c", "NSQ_HEADER"]
