@@ -1,0 +1,1 @@
+"""Interoperability tests with official NSQ clients (pynsq)."""
