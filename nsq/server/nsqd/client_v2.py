@@ -163,6 +163,11 @@ class ClientV2(asyncio.Protocol):
                 self._client_error(exc)
                 if exc.fatal:
                     return
+            except Exception:
+                # a bug must cost one connection, never the daemon
+                log.exception("[%s] internal error handling a command, closing", self.remote_address)
+                self.close()
+                return
         if self._freed:
             # FIN/REQ freed RDY slots: refill them in one batch per read,
             # not one pump per FIN
