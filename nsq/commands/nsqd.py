@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from typing import Any
 
@@ -69,6 +70,8 @@ def build_options(config: str | None, flags: dict[str, Any]) -> NSQDOptions:
     opts = NSQDOptions()
     for key, value in values.items():
         setattr(opts, key, value)
+    if not opts.data_path:
+        opts.data_path = os.getcwd()  # Go nsqd's default
     if not 0 <= opts.node_id < 1024:
         raise ConfigError(f"--node-id must be in [0,1024), got {opts.node_id}")
     if opts.log_level.lower() not in ("debug", "info", "warn", "warning", "error", "fatal"):

@@ -20,11 +20,16 @@ class NSQDProcess:
     """`nsq nsqd` (or another launcher) as a real subprocess on free ports."""
 
     def __init__(self, argv_prefix: list[str], extra: list[str] | None = None) -> None:
+        import tempfile
+
+        self._data_dir = tempfile.TemporaryDirectory(prefix="nsqd-data-")
+        self.data_path = self._data_dir.name
         self.tcp_port = free_port()
         self.http_port = free_port()
         self.tcp = f"127.0.0.1:{self.tcp_port}"
         self.http = f"127.0.0.1:{self.http_port}"
-        argv = argv_prefix + ["nsqd", f"--tcp-address={self.tcp}", f"-http-address={self.http}"] + (extra or [])
+        argv = argv_prefix + ["nsqd", f"--tcp-address={self.tcp}", f"-http-address={self.http}",
+                                      f"--data-path={self.data_path}"] + (extra or [])
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -55,6 +60,7 @@ class NSQDProcess:
         finally:
             self.proc.stdout.close()
             self.proc.stderr.close()
+            self._data_dir.cleanup()
 
 
 NSQ = [sys.executable, "-m", "nsq"]

@@ -61,8 +61,8 @@ def test_bad_config_file_is_a_clean_error(tmp_path):
     assert b"invalid TOML" in r.stderr and b"Traceback" not in r.stderr
 
 
-def test_port_in_use_exits_nonzero(nsqd_proc):
-    r = run_nsq("nsqd", f"--tcp-address={nsqd_proc.tcp}", "--http-address=127.0.0.1:0")
+def test_port_in_use_exits_nonzero(nsqd_proc, tmp_path):
+    r = run_nsq("nsqd", f"--tcp-address={nsqd_proc.tcp}", "--http-address=127.0.0.1:0", f"--data-path={tmp_path}")
     assert r.returncode == 1
     assert b"failed to start" in r.stderr
 

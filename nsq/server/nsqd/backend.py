@@ -38,6 +38,16 @@ class BackendQueue:
         """Pop the oldest record, or None when empty."""
         raise NotImplementedError
 
+    def read_many(self, n: int) -> list[bytes]:
+        """Pop up to ``n`` oldest records."""
+        out = []
+        for _ in range(n):
+            record = self.read()
+            if record is None:
+                break
+            out.append(record)
+        return out
+
     @property
     def depth(self) -> int:
         """Records stored."""

@@ -16,7 +16,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from nsq.protocol.message import encode_message
+from nsq.protocol.errors import ProtocolError
+from nsq.protocol.message import decode_message, encode_message
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend
 from nsq.server.nsqd.message import Message
@@ -73,6 +74,7 @@ class Channel:
         self._deferred_pq: list[tuple[float, int, Message]] = []
         self.paused = False
         self.deleted = False
+        self._disk_turn = False
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
@@ -143,9 +145,17 @@ class Channel:
     def _to_backend(self, msg: Message) -> None:
         try:
             self.backend.put(encode_message(msg.timestamp, msg.attempts, msg.id, msg.body))
-        except BackendFull:
+        except BackendFull as exc:
             # callers check room before accepting a publish; reaching here
-            # means a race with requeues: keep the message in memory
+            # means a race with requeues or a failing disk: keep the message
+            # in memory
+            if self.backend.accepts_overflow:
+                self.nsqd.set_health(f"failed to write message to backend - {exc}")
+            self.queue.append(msg)
+        except (OSError, ValueError) as exc:
+            # a disk that fails must not lose the message: keep it in memory
+            # and report the daemon unhealthy (/ping answers NOK, as Go)
+            self.nsqd.set_health(f"failed to write message to backend - {exc}")
             self.queue.append(msg)
 
     def _defer(self, msg: Message, due: float) -> None:
@@ -157,15 +167,34 @@ class Channel:
     # -- delivery ------------------------------------------------------------
 
     def pump(self) -> None:
-        """Hand queued messages to ready clients, round robin."""
+        """Hand queued messages to ready clients, round robin.
+
+        Memory and the backend (disk) take turns when both hold messages, so
+        neither starves (Go selects between them at random).
+        """
         if self.paused:
             return
-        q = self.queue
         ready = self._ready
-        if not q or not ready:
+        if not ready:
+            return
+        q = self.queue
+        backend = self.backend
+        if not q and not backend.depth:
             return
         now = time.monotonic()
-        while q and ready:
+        while ready:
+            if backend.depth and (not q or self._disk_turn):
+                self._disk_turn = False
+                want = 0
+                for client in ready:
+                    want += client.ready_count - client.in_flight_count
+                msgs = self._read_backend(min(max(want, 1), 1024))
+                if msgs:
+                    q.extendleft(reversed(msgs))
+            elif backend.depth:
+                self._disk_turn = True
+            if not q:
+                break
             share = -(-len(q) // len(ready))
             for client in list(ready):
                 cap = client.ready_count - client.in_flight_count
@@ -184,6 +213,18 @@ class Channel:
                     ready[client] = None
                 if not q:
                     break
+
+    def _read_backend(self, n: int) -> list[Message]:
+        """Up to ``n`` messages read (and removed) from the backend."""
+        out = []
+        for record in self.backend.read_many(n):
+            try:
+                m = decode_message(record)
+            except ProtocolError as exc:
+                log.error("CHANNEL(%s:%s): failed to decode message - %s", self.topic.name, self.name, exc)
+                continue
+            out.append(Message(m.id, m.body, m.timestamp, m.attempts))
+        return out
 
     def _send(self, client: ClientV2, batch: list[Message], now: float) -> None:
         deadline = now + client.msg_timeout
@@ -206,7 +247,7 @@ class Channel:
         """Called when a client's RDY allows more messages."""
         if client.in_flight_count < client.ready_count and not client.closing:
             self._ready[client] = None
-            if self.queue and not self.paused:
+            if (self.queue or self.backend.depth) and not self.paused:
                 self.pump()
         else:
             self._ready.pop(client, None)
@@ -306,9 +347,11 @@ class Channel:
 
     def pause(self) -> None:
         self.paused = True
+        self.nsqd.persist_metadata()
 
     def unpause(self) -> None:
         self.paused = False
+        self.nsqd.persist_metadata()
         self.pump()
 
     def empty(self) -> None:
@@ -324,9 +367,31 @@ class Channel:
         for client in self.clients.values():
             self.client_ready(client)
 
+    def flush(self) -> int:
+        """Write memory, in-flight and deferred messages to the backend (exit).
+
+        In-flight messages keep their attempts. Returns how many were written.
+        """
+        msgs = list(self.queue)
+        msgs += sorted(self.in_flight.values(), key=lambda m: m.deadline)
+        msgs += sorted(self.deferred.values(), key=lambda m: m.deadline)
+        if msgs and self.backend.accepts_overflow and not self.ephemeral:
+            log.info("CHANNEL(%s): flushing %d memory %d in-flight %d deferred messages to backend",
+                     self.name, len(self.queue), len(self.in_flight), len(self.deferred))
+            for msg in msgs:
+                self.backend.put(encode_message(msg.timestamp, msg.attempts, msg.id, msg.body))
+        self.queue.clear()
+        self.in_flight.clear()
+        self.deferred.clear()
+        self._in_flight_pq.clear()
+        self._deferred_pq.clear()
+        return len(msgs)
+
     def close(self, delete: bool) -> None:
-        """Close every subscribed client; with ``delete``, drop storage too."""
+        """Close every subscribed client; with ``delete``, drop storage too,
+        otherwise flush what is in memory to the backend and close it."""
         self.deleted = True
+        self.nsqd.forget_backend(self.backend)
         for client in list(self.clients.values()):
             client.close()
         self.clients.clear()
@@ -335,4 +400,7 @@ class Channel:
             self.empty()
             self.backend.delete()
         else:
-            self.backend.close()
+            try:
+                self.flush()
+            finally:
+                self.backend.close()

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import time
 from typing import TYPE_CHECKING
 
+from nsq.protocol.message import MIN_MESSAGE_LENGTH
 from nsq.protocol.names import is_valid_topic_name
 from nsq.protocol.v2 import Limits
 from nsq.server.nsqd.backend import BackendQueue, DiscardBackend, NoDiskBackend
@@ -88,6 +90,11 @@ class NSQD:
         self.start_time = int(time.time())
         self.exiting = False
         self.health = "OK"
+        #: where disk queues and nsqd.dat live; "" = memory only
+        self.data_path = self.options.data_path
+        self._disk_queues: set = set()
+        self._loading = False
+        self._dir_lock: int | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -104,6 +111,9 @@ class NSQD:
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         self.start_time = int(time.time())
+        if self.data_path:
+            self._lock_data_path()
+            self._load_metadata()
         host, port = split_host_port(self.options.tcp_address)
 
         def factory() -> ClientV2:
@@ -121,6 +131,7 @@ class NSQD:
             self.http_host, self.http_port = await self._http.start(self.options.http_address)
         except BaseException:
             self._tcp_server.close()
+            self._unlock_data_path()
             raise
         log.info("HTTP: listening on %s", _fmt_addr(self.http_host, self.http_port))
         self._scan_task = self._loop.create_task(self._scan_loop())
@@ -138,8 +149,14 @@ class NSQD:
         self._flush_all()
         for client in list(self.clients.values()):
             client.close()
+        self.persist_metadata()
         for topic in list(self.topics.values()):
-            topic.close(delete=False)
+            try:
+                topic.close(delete=False)
+            except Exception:
+                log.exception("TOPIC(%s): failed to close cleanly", topic.name)
+        self._disk_queues.clear()
+        self._unlock_data_path()
         if self._scan_task is not None:
             self._scan_task.cancel()
             try:
@@ -181,6 +198,8 @@ class NSQD:
             topic = Topic(self, name, self.make_backend(name, name.endswith("#ephemeral")))
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
+            if not topic.ephemeral:
+                self.persist_metadata()
         return topic
 
     def get_existing_topic(self, name: str) -> Topic | None:
@@ -194,17 +213,92 @@ class NSQD:
             return False
         log.info("TOPIC(%s): deleting", name)
         topic.close(delete=True)
+        if not topic.ephemeral:
+            self.persist_metadata()
         return True
 
     def make_backend(self, name: str, ephemeral: bool) -> BackendQueue:
-        """The overflow backend for a topic (``name``) or channel (``topic:channel``)."""
-        return DiscardBackend() if ephemeral else NoDiskBackend()
+        """The overflow backend for a topic (``name``) or channel (``topic:channel``).
+
+        Ephemeral: discard. Durable with a ``data_path``: a go-diskqueue
+        format :class:`~nsq.server.nsqd.diskqueue.DiskQueue`. Durable without
+        one (embedded, memory only): refuse overflow.
+        """
+        if ephemeral:
+            return DiscardBackend()
+        if not self.data_path:
+            return NoDiskBackend()
+        from nsq.server.nsqd.diskqueue import DiskQueue
+
+        opts = self.options
+        dq = DiskQueue(
+            name,
+            self.data_path,
+            max_bytes_per_file=opts.max_bytes_per_file,
+            min_msg_size=MIN_MESSAGE_LENGTH,
+            max_msg_size=opts.max_msg_size + MIN_MESSAGE_LENGTH,
+            sync_every=opts.sync_every,
+            sync_timeout=opts.sync_timeout,
+        )
+        self._disk_queues.add(dq)
+        return dq
+
+    def forget_backend(self, backend: BackendQueue) -> None:
+        """Stop syncing a backend that was closed or deleted."""
+        self._disk_queues.discard(backend)
 
     def notify_channel_created(self, topic: Topic, channel: Channel) -> None:
-        """Hook for lookupd registration and metadata (later issues)."""
+        """A channel appeared: persist metadata (lookupd registration later)."""
+        if not channel.ephemeral:
+            self.persist_metadata()
 
     def notify_channel_deleted(self, topic: Topic, channel: Channel) -> None:
-        """Hook for lookupd unregistration and metadata (later issues)."""
+        """A channel went away: persist metadata (lookupd later)."""
+        if not channel.ephemeral:
+            self.persist_metadata()
+
+    # -- metadata and health -----------------------------------------------------
+
+    def persist_metadata(self) -> None:
+        """Write ``nsqd.dat`` (no-op without a data path or while loading)."""
+        if not self.data_path or self._loading:
+            return
+        from nsq.server.nsqd.metadata import dump_metadata, write_metadata
+
+        try:
+            write_metadata(self.data_path, dump_metadata(self))
+        except OSError as exc:
+            log.error("failed to persist metadata - %s", exc)
+
+    def _load_metadata(self) -> None:
+        from nsq.server.nsqd.metadata import read_metadata
+
+        self._loading = True
+        try:
+            for t in read_metadata(self.data_path):
+                topic = self.get_topic(t["name"])
+                topic.paused = t["paused"]
+                for c in t["channels"]:
+                    channel = topic.get_channel(c["name"])
+                    channel.paused = c["paused"]
+        finally:
+            self._loading = False
+        for topic in self.topics.values():
+            topic.flush_held()
+
+    def set_health(self, error: str | None) -> None:
+        """Record an error (``/ping`` answers ``NOK - error``) or None for OK."""
+        if error is None:
+            self.health = "OK"
+        else:
+            if self.health == "OK":
+                log.error("NSQ: unhealthy: %s", error)
+            self.health = error
+
+    def call_soon(self, callback) -> None:
+        """Run ``callback`` on the next loop turn (or now without a loop)."""
+        if self._loop is not None and not self.exiting:
+            self._loop.call_soon(callback)
 
     # -- clients -----------------------------------------------------------------
 
@@ -232,6 +326,7 @@ class NSQD:
     # -- timers ------------------------------------------------------------------
 
     async def _scan_loop(self) -> None:
+        next_sync = time.monotonic() + self.options.sync_timeout
         while True:
             await asyncio.sleep(SCAN_INTERVAL)
             now = time.monotonic()
@@ -242,6 +337,42 @@ class NSQD:
                             channel.process_timeouts(now)
             except Exception:  # never let one bad channel stop the scanner
                 log.exception("queue scan failed")
+            if now >= next_sync:
+                next_sync = now + self.options.sync_timeout
+                self._sync_disk_queues()
+
+    def _sync_disk_queues(self) -> None:
+        """fsync every disk queue written since its last sync (--sync-timeout)."""
+        for dq in list(self._disk_queues):
+            if dq.needs_sync:
+                try:
+                    dq.sync()
+                except OSError as exc:
+                    self.set_health(f"failed to sync disk queue - {exc}")
+
+    # -- data path lock ----------------------------------------------------------
+
+    def _lock_data_path(self) -> None:
+        """Take an exclusive lock on the data path, as Go's dirlock does.
+
+        Raises:
+            OSError: the directory is in use by another nsqd, or unusable.
+        """
+        import fcntl
+
+        os.makedirs(self.data_path, exist_ok=True)
+        fd = os.open(self.data_path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise OSError(f"--data-path={self.data_path} in use (possibly by another instance of nsqd)") from None
+        self._dir_lock = fd
+
+    def _unlock_data_path(self) -> None:
+        if self._dir_lock is not None:
+            os.close(self._dir_lock)
+            self._dir_lock = None
 
     # -- helpers -----------------------------------------------------------------
 

@@ -120,7 +120,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
                "HTTP port that will be registered with lookupd (defaults to the HTTP port that this nsqd is listening to)"),
     OptionSpec("broadcast-tcp-port", "broadcast_tcp_port", "int",
                "TCP port that will be registered with lookupd (defaults to the TCP port that this nsqd is listening to)"),
-    OptionSpec("data-path", "data_path", "str", "path to store disk-backed messages"),
+    OptionSpec("data-path", "data_path", "str", "path to store disk-backed messages (default: the current directory)"),
     OptionSpec("deflate", "deflate", "bool",
                "enable deflate feature negotiation (client compression)" + _LATER),
     OptionSpec("e2e-processing-latency-percentile", "e2e_processing_latency_percentiles", "floatlist",

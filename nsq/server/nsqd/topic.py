@@ -11,8 +11,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from nsq.protocol.errors import ClientError
-from nsq.protocol.message import IDFactory, encode_message
+from nsq.protocol.errors import ProtocolError
+from nsq.protocol.message import IDFactory, decode_message, encode_message
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend
 from nsq.server.nsqd.channel import Channel
@@ -123,19 +123,43 @@ class Topic:
         for msg in msgs:
             if len(q) < self.mem_queue_size:
                 q.append(msg)
-            else:
-                try:
-                    self.backend.put(encode_message(msg.timestamp, msg.attempts, msg.id, msg.body))
-                except BackendFull:
-                    q.append(msg)
+                continue
+            try:
+                self.backend.put(encode_message(msg.timestamp, msg.attempts, msg.id, msg.body))
+            except BackendFull:
+                q.append(msg)
+            except (OSError, ValueError) as exc:
+                self.nsqd.set_health(f"failed to write message to backend - {exc}")
+                q.append(msg)
+
+    #: messages moved from the topic's backend to its channels per loop turn
+    DRAIN_CHUNK = 4096
 
     def flush_held(self) -> None:
-        """Move messages held in the topic to its channels (new channel, unpause)."""
-        if not self.channels or self.paused or not self.queue:
+        """Move messages held in the topic (memory, then backend) to its channels.
+
+        Called when a channel appears or the topic is unpaused. A large
+        backend is drained in chunks, one per event-loop turn.
+        """
+        if not self.channels or self.paused or self.deleted:
             return
-        msgs = list(self.queue)
-        self.queue.clear()
-        self._distribute(msgs)
+        if self.queue:
+            msgs = list(self.queue)
+            self.queue.clear()
+            self._distribute(msgs)
+        if self.backend.depth:
+            msgs = []
+            for record in self.backend.read_many(self.DRAIN_CHUNK):
+                try:
+                    m = decode_message(record)
+                except ProtocolError as exc:
+                    log.error("TOPIC(%s): failed to decode message - %s", self.name, exc)
+                    continue
+                msgs.append(Message(m.id, m.body, m.timestamp, m.attempts))
+            if msgs:
+                self._distribute(msgs)
+            if self.backend.depth:
+                self.nsqd.call_soon(self.flush_held)
 
     # -- channels ----------------------------------------------------------------
 
@@ -166,9 +190,11 @@ class Topic:
 
     def pause(self) -> None:
         self.paused = True
+        self.nsqd.persist_metadata()
 
     def unpause(self) -> None:
         self.paused = False
+        self.nsqd.persist_metadata()
         self.flush_held()
 
     def empty(self) -> None:
@@ -177,13 +203,22 @@ class Topic:
         self.backend.empty()
 
     def close(self, delete: bool) -> None:
-        """Close every channel; with ``delete``, drop all storage."""
+        """Close every channel; with ``delete``, drop all storage, otherwise
+        flush held messages to the backend and close it."""
         self.deleted = True
+        self.nsqd.forget_backend(self.backend)
         for channel in list(self.channels.values()):
             channel.close(delete)
         if delete:
             self.channels.clear()
             self.queue.clear()
             self.backend.delete()
-        else:
+            return
+        try:
+            if self.queue and self.backend.accepts_overflow and not self.ephemeral:
+                log.info("TOPIC(%s): flushing %d memory messages to backend", self.name, len(self.queue))
+                for msg in self.queue:
+                    self.backend.put(encode_message(msg.timestamp, msg.attempts, msg.id, msg.body))
+            self.queue.clear()
+        finally:
             self.backend.close()

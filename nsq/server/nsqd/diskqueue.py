@@ -1,0 +1,564 @@
+"""A disk-backed FIFO queue in the go-diskqueue file format.
+
+nsqd overflows each durable topic and channel to one of these queues (see
+:mod:`nsq.server.nsqd.backend`). Files are byte-for-byte what Go nsqd 1.2
+(``github.com/nsqio/go-diskqueue``) writes, so a data directory can move
+between Go nsqd and this one in either direction.
+
+Files, all in ``data_path`` (``name`` is ``topic`` or ``topic:channel``)::
+
+    <name>.diskqueue.000000.dat     data files, numbered %06d from 0
+    <name>.diskqueue.000001.dat
+    <name>.diskqueue.meta.dat       metadata (text)
+
+A data file is a sequence of records, nothing else (no header)::
+
+    +--------------------------+-----------------------+
+    | size: int32, big-endian  | payload: <size> bytes |  ... next record
+    +--------------------------+-----------------------+
+
+For nsqd the payload is an encoded message (8-byte timestamp, 2-byte
+attempts, 16-byte id, body), so ``min_msg_size`` is 26. A size outside
+``[min_msg_size, max_msg_size]`` on read means the file is corrupt.
+
+The metadata file is ``"%d\\n%d,%d\\n%d,%d\\n"`` of depth, read file number,
+read position, write file number, write position, e.g. ``"2\\n0,34\\n0,102\\n"``.
+It is written to ``<meta>.<random>.tmp`` in the same directory, fsynced and
+renamed over the old one.
+
+Rules. go-diskqueue changed its roll rule around the time of nsqd 1.2.1:
+
+- v1.0.0-era writer: roll *after* a write that brings ``writePos`` to
+  ``>= maxBytesPerFile`` (files run a little past the limit).
+- v1.1.0 writer (go-diskqueue issue #30): roll *before* a write when
+  ``writePos > 0 && writePos + 4 + len > maxBytesPerFile``.
+- Both readers (since go-diskqueue PR #23): for a completed file (read file
+  number < write file number) read up to the file's size
+  (``maxBytesPerFileRead = stat.Size()``), then go on with the next file.
+
+This writer uses the v1.1.0 rule, so a file never exceeds
+``max_bytes_per_file`` unless it holds one oversized record. This reader
+stops at ``write_pos`` on the write file and at the file size on a completed
+file, deleting it once fully read, so it accepts files written under either
+rule. A record that cannot be read (bad size, torn/short) renames the file to
+``<file>.bad``, logs, and continues with the next file; if it was the write
+file, the writer moves to a new file too (go-diskqueue ``handleReadError``).
+
+Differences from Go that do not affect the files: writes are ``pwrite`` at
+``write_pos`` and a rolled file is truncated to the roll position, so stale
+bytes past the last record (left by a crash before a sync) are dropped instead
+of being read as garbage later; a reader that has caught up with the writer
+follows it to the next file without the spurious ``.bad`` file of
+go-diskqueue issue #42; a meta file that cannot be parsed is rebuilt by
+scanning the data files instead of being half-applied.
+
+The class is synchronous and not thread-safe: call it from one thread (the
+event loop). ``sync_timeout`` is only stored; the owner runs a timer that
+calls :meth:`DiskQueue.sync` when :attr:`DiskQueue.needs_sync`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import struct
+
+from .backend import BackendFull, BackendQueue
+
+__all__ = ["DiskQueue"]
+
+logger = logging.getLogger("nsq.nsqd")
+
+_SIZE = struct.Struct(">i")
+_READ_CHUNK = 1 << 20  # read ahead this much per syscall
+_META_RE = re.compile(rb"\A(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n")
+
+
+class DiskQueue(BackendQueue):
+    """A FIFO of byte records in go-diskqueue files.
+
+    Attributes (the persisted state; read-only for callers):
+        read_file_num, read_pos: where the next record is read.
+        write_file_num, write_pos: where the next record is appended.
+    """
+
+    accepts_overflow = True
+
+    def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int,
+                 max_msg_size: int, sync_every: int, sync_timeout: float) -> None:
+        self.name = name
+        self.data_path = data_path
+        self.max_bytes_per_file = max_bytes_per_file
+        self.min_msg_size = min_msg_size
+        self.max_msg_size = max_msg_size
+        self.sync_every = max(1, sync_every)
+        self.sync_timeout = sync_timeout
+
+        self.read_file_num = 0
+        self.read_pos = 0
+        self.write_file_num = 0
+        self.write_pos = 0
+        self._depth = 0
+
+        self._closed = False
+        self._dirty = False  # state changed since the last sync
+        self._writes_since_sync = 0
+
+        self._wfd: int | None = None  # open write file (number write_file_num)
+
+        self._rfd: int | None = None  # open read file ...
+        self._rfd_num = -1  # ... and its number
+        self._rsize: int | None = None  # size of the read file once it is complete
+        self._rbuf = b""  # read-ahead: file bytes from offset _rbuf_start
+        self._rbuf_start = 0
+
+        self._meta_path = os.path.join(data_path, f"{name}.diskqueue.meta.dat")
+        self._data_re = re.compile(re.escape(name) + r"\.diskqueue\.(\d{6,})\.dat")
+        self._retrieve_meta()
+
+    # ----------------------------------------------------------- public API
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def needs_sync(self) -> bool:
+        """True if anything (writes, reads, file changes) happened since the last sync."""
+        return self._dirty
+
+    def put(self, record: bytes) -> None:
+        """Append one record.
+
+        Raises:
+            ValueError: the record is shorter than ``min_msg_size`` or longer
+                than ``max_msg_size`` (nothing is written).
+            BackendFull: the queue is closed or the write failed (disk full,
+                I/O error); the queue state is unchanged.
+        """
+        if self._closed:
+            raise BackendFull(f"DISKQUEUE({self.name}) is closed")
+        size = len(record)
+        if size < self.min_msg_size or size > self.max_msg_size:
+            raise ValueError(f"invalid message write size ({size}) minMsgSize={self.min_msg_size} "
+                             f"maxMsgSize={self.max_msg_size}")
+        total = 4 + size
+        # go-diskqueue v1.1.0: roll before a write that would pass the limit
+        if self.write_pos > 0 and self.write_pos + total > self.max_bytes_per_file:
+            self._roll_write_file()
+
+        data = _SIZE.pack(size) + record
+        try:
+            fd = self._open_write_file()
+            pos = self.write_pos
+            view = memoryview(data)
+            while view:
+                n = os.pwrite(fd, view, pos)
+                if n <= 0:
+                    raise OSError("short write")
+                view = view[n:]
+                pos += n
+        except OSError as e:
+            logger.error("DISKQUEUE(%s) failed to write %s at %d - %s",
+                         self.name, self._file_name(self.write_file_num), self.write_pos, e)
+            raise BackendFull(f"DISKQUEUE({self.name}) write failed: {e}") from e
+
+        self.write_pos += total
+        self._depth += 1
+        self._dirty = True
+        self._writes_since_sync += 1
+        if self._writes_since_sync >= self.sync_every:
+            try:
+                self.sync()
+            except OSError as e:  # the record is written; the next sync retries
+                logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+
+    def read(self) -> bytes | None:
+        """Pop the oldest record, or None when the queue is empty.
+
+        Advances the read position (persisted at the next :meth:`sync`) and
+        deletes a data file once it is fully read. Corrupt records are
+        skipped file-wise as described in the module docstring.
+        """
+        if self._closed:
+            return None
+        while True:
+            rnum = self.read_file_num
+            if rnum > self.write_file_num or (rnum == self.write_file_num
+                                              and self.read_pos >= self.write_pos):
+                self._check_tail_corruption()
+                return None
+
+            if self._rfd is None or self._rfd_num != rnum:
+                self._close_read_file()
+                try:
+                    self._rfd = os.open(self._file_name(rnum), os.O_RDONLY)
+                except OSError as e:
+                    self._handle_read_error(str(e))
+                    continue
+                self._rfd_num = rnum
+                self._rsize = None
+                self._rbuf = b""
+                self._rbuf_start = self.read_pos
+
+            completed = rnum < self.write_file_num
+            if completed:
+                if self._rsize is None:
+                    self._rsize = os.fstat(self._rfd).st_size
+                limit = self._rsize
+                if self.read_pos >= limit:  # end of a completed file
+                    self._advance_read_file()
+                    continue
+            else:
+                limit = self.write_pos
+
+            pos = self.read_pos
+            if not self._fill(pos + 4, limit):
+                self._handle_read_error(f"short read of record size (file ends before {pos + 4})")
+                continue
+            off = pos - self._rbuf_start
+            (size,) = _SIZE.unpack_from(self._rbuf, off)
+            if size < self.min_msg_size or size > self.max_msg_size:
+                self._handle_read_error(f"invalid message read size ({size})")
+                continue
+            end = pos + 4 + size
+            if end > limit or not self._fill(end, limit):
+                self._handle_read_error(f"short read of {size}-byte record")
+                continue
+            off = pos - self._rbuf_start
+            payload = self._rbuf[off + 4:off + 4 + size]
+
+            self.read_pos = end
+            self._depth -= 1
+            self._dirty = True
+            if completed and end >= limit:
+                self._advance_read_file()
+            self._check_tail_corruption()
+            return payload
+
+    def read_many(self, n: int) -> list[bytes]:
+        """Pop up to ``n`` records (fewer if the queue runs out)."""
+        out: list[bytes] = []
+        while len(out) < n:
+            rec = self.read()
+            if rec is None:
+                break
+            out.append(rec)
+        return out
+
+    def sync(self) -> None:
+        """fsync the write file and write the meta file atomically (no-op once closed)."""
+        if self._closed:
+            return
+        if self._wfd is not None:
+            os.fsync(self._wfd)
+        self._persist_meta()
+        self._dirty = False
+        self._writes_since_sync = 0
+
+    def empty(self) -> None:
+        """Drop every record: delete the data files and move to a fresh file number.
+
+        Like go-diskqueue's ``Empty`` the next write goes to write_file_num+1;
+        the meta file is rewritten at once (Go deletes it and rewrites it at
+        its next sync).
+        """
+        logger.info("DISKQUEUE(%s): emptying", self.name)
+        self._skip_to_next_rw_file()
+        self.sync()
+
+    def close(self) -> None:
+        """Sync and release the files. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.sync()
+        finally:
+            self._close_read_file()
+            self._close_write_file()
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close without syncing and remove the data files and the meta file."""
+        self._closed = True
+        self._close_read_file()
+        self._close_write_file()
+        for num in range(self.read_file_num, self.write_file_num + 1):
+            self._remove(self._file_name(num))
+        meta_base = os.path.basename(self._meta_path)
+        try:
+            names = os.listdir(self.data_path)
+        except OSError:
+            names = []
+        for fn in names:  # leftovers outside [read, write], stray meta temp files
+            if self._data_re.fullmatch(fn) or (fn.startswith(meta_base + ".") and fn.endswith(".tmp")):
+                self._remove(os.path.join(self.data_path, fn))
+        self._remove(self._meta_path)
+        self._depth = 0
+
+    # ------------------------------------------------------------ internals
+
+    def _file_name(self, num: int) -> str:
+        return os.path.join(self.data_path, f"{self.name}.diskqueue.{num:06d}.dat")
+
+    def _remove(self, path: str) -> None:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            logger.error("DISKQUEUE(%s) failed to Remove(%s) - %s", self.name, path, e)
+
+    def _open_write_file(self) -> int:
+        if self._wfd is None:
+            fd = os.open(self._file_name(self.write_file_num), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                # bytes past write_pos were never recorded in the meta file
+                # (crash before a sync, or a stale file): drop them so they
+                # cannot be read back as garbage once this file is complete
+                if os.fstat(fd).st_size > self.write_pos:
+                    os.ftruncate(fd, self.write_pos)
+            except OSError:
+                os.close(fd)
+                raise
+            self._wfd = fd
+        return self._wfd
+
+    def _close_write_file(self) -> None:
+        if self._wfd is not None:
+            try:
+                os.close(self._wfd)
+            except OSError:
+                pass
+            self._wfd = None
+
+    def _close_read_file(self) -> None:
+        if self._rfd is not None:
+            try:
+                os.close(self._rfd)
+            except OSError:
+                pass
+        self._rfd = None
+        self._rfd_num = -1
+        self._rsize = None
+        self._rbuf = b""
+        self._rbuf_start = 0
+
+    def _fill(self, end: int, limit: int) -> bool:
+        """Make the read-ahead buffer cover file bytes [read_pos, end); False if the file is short."""
+        buf_end = self._rbuf_start + len(self._rbuf)
+        if end <= buf_end:
+            return True
+        if end > limit:
+            return False
+        keep = self._rbuf[self.read_pos - self._rbuf_start:] if self.read_pos < buf_end else b""
+        start = self.read_pos + len(keep)
+        want = max(end - start, min(_READ_CHUNK, limit - start))
+        parts = [keep]
+        got = 0
+        while got < want:
+            chunk = os.pread(self._rfd, want - got, start + got)  # type: ignore[arg-type]
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        self._rbuf = b"".join(parts)
+        self._rbuf_start = self.read_pos
+        return self._rbuf_start + len(self._rbuf) >= end
+
+    def _advance_read_file(self) -> None:
+        """The read file is fully read: delete it and go on with the next one."""
+        old = self.read_file_num
+        self._close_read_file()
+        self.read_file_num = old + 1
+        self.read_pos = 0
+        self._dirty = True  # Go: "sync every time we start reading from a new file"
+        self._remove(self._file_name(old))
+
+    def _roll_write_file(self) -> None:
+        old_num, old_pos = self.write_file_num, self.write_pos
+        if self._wfd is not None:
+            try:
+                os.ftruncate(self._wfd, old_pos)
+                os.fsync(self._wfd)
+            except OSError as e:
+                logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+            self._close_write_file()
+        self.write_file_num = old_num + 1
+        self.write_pos = 0
+        if self.read_file_num == old_num:
+            if self.read_pos >= old_pos:
+                # the reader had read everything: follow the writer now
+                self._advance_read_file()
+            else:
+                self._rsize = old_pos if self._rfd_num == old_num else None
+        self._dirty = True
+        try:  # "sync every time we start writing to a new file"
+            self.sync()
+        except OSError as e:
+            logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+
+    def _handle_read_error(self, reason: str) -> None:
+        """go-diskqueue handleReadError: rename the read file to .bad, jump to the next file."""
+        bad = self._file_name(self.read_file_num)
+        logger.error("DISKQUEUE(%s) reading at %d of %s - %s", self.name, self.read_pos, bad, reason)
+        self._close_read_file()
+        if self.read_file_num == self.write_file_num:
+            # the write file is unreadable: the writer starts a new file too
+            self._close_write_file()
+            self.write_file_num += 1
+            self.write_pos = 0
+        bad_renamed = bad + ".bad"
+        logger.warning("DISKQUEUE(%s) jump to next file and saving bad file as %s", self.name, bad_renamed)
+        try:
+            os.rename(bad, bad_renamed)
+        except OSError as e:
+            logger.error("DISKQUEUE(%s) failed to rename bad diskqueue file %s to %s - %s",
+                         self.name, bad, bad_renamed, e)
+        self.read_file_num += 1
+        self.read_pos = 0
+        self._dirty = True
+        # the records lost in the bad file are still counted in depth; like Go
+        # we correct depth when the reader reaches the tail (Go only does so
+        # after the next successful read)
+        self._check_tail_corruption()
+
+    def _check_tail_corruption(self) -> None:
+        """go-diskqueue checkTailCorruption: at the tail depth must be 0 and read == write.
+
+        Go's guard (``readFileNum < writeFileNum || readPos < writePos``) misses
+        a read file past the write file with a smaller position; compare the
+        (file, position) pairs instead.
+        """
+        if (self.read_file_num, self.read_pos) < (self.write_file_num, self.write_pos):
+            return
+        if self._depth != 0:
+            if self._depth < 0:
+                logger.error("DISKQUEUE(%s) negative depth at tail (%d), metadata corruption, "
+                             "resetting 0...", self.name, self._depth)
+            else:
+                logger.error("DISKQUEUE(%s) positive depth at tail (%d), data loss, resetting 0...",
+                             self.name, self._depth)
+            self._depth = 0
+            self._dirty = True
+        if self.read_file_num != self.write_file_num or self.read_pos != self.write_pos:
+            if self.read_file_num > self.write_file_num:
+                logger.error("DISKQUEUE(%s) readFileNum > writeFileNum (%d > %d), corruption, "
+                             "skipping to next writeFileNum and resetting 0...",
+                             self.name, self.read_file_num, self.write_file_num)
+            if self.read_pos > self.write_pos:
+                logger.error("DISKQUEUE(%s) readPos > writePos (%d > %d), corruption, "
+                             "skipping to next writeFileNum and resetting 0...",
+                             self.name, self.read_pos, self.write_pos)
+            self._skip_to_next_rw_file()
+            self._dirty = True
+
+    def _skip_to_next_rw_file(self) -> None:
+        """Delete files read..write and start empty at the next file number."""
+        self._close_read_file()
+        self._close_write_file()
+        for num in range(self.read_file_num, self.write_file_num + 1):
+            self._remove(self._file_name(num))
+        self.write_file_num = max(self.read_file_num, self.write_file_num) + 1
+        self.write_pos = 0
+        self.read_file_num = self.write_file_num
+        self.read_pos = 0
+        self._depth = 0
+        self._dirty = True
+
+    def _persist_meta(self) -> None:
+        text = (f"{self._depth}\n{self.read_file_num},{self.read_pos}\n"
+                f"{self.write_file_num},{self.write_pos}\n").encode()
+        tmp = f"{self._meta_path}.{random.getrandbits(62)}.tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            try:
+                os.write(fd, text)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self._meta_path)
+        except BaseException:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            raise
+        try:  # make the rename durable
+            dfd = os.open(self.data_path, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
+
+    def _retrieve_meta(self) -> None:
+        try:
+            with open(self._meta_path, "rb") as f:
+                raw = f.read(4096)
+        except FileNotFoundError:
+            return  # a new queue: empty, file 0 position 0
+        except OSError as e:
+            logger.error("DISKQUEUE(%s) failed to retrieveMetaData - %s", self.name, e)
+            self._recover_from_files()
+            return
+        m = _META_RE.match(raw)
+        vals = [int(v) for v in m.groups()] if m else []
+        if not m or any(v < 0 for v in vals[1:]):
+            logger.error("DISKQUEUE(%s) failed to retrieveMetaData - invalid meta file %s: %r",
+                         self.name, self._meta_path, raw[:80])
+            self._recover_from_files()
+            return
+        self._depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos = vals
+        self._check_tail_corruption()
+
+    def _recover_from_files(self) -> None:
+        """Rebuild the state from the data files after an unreadable meta file.
+
+        Reads from the start of the lowest-numbered file (records already
+        consumed there are delivered again) and appends after the last
+        complete record of the highest-numbered one.
+        """
+        try:
+            names = os.listdir(self.data_path)
+        except OSError:
+            names = []
+        nums = sorted(int(m.group(1)) for m in map(self._data_re.fullmatch, names) if m)
+        if not nums:
+            logger.warning("DISKQUEUE(%s) no data files, starting empty", self.name)
+            return
+        depth = 0
+        end = 0
+        for num in nums:
+            count, end = self._scan_file(self._file_name(num))
+            depth += count
+        self.read_file_num, self.read_pos = nums[0], 0
+        self.write_file_num, self.write_pos = nums[-1], end
+        self._depth = depth
+        self._dirty = True
+        logger.warning("DISKQUEUE(%s) rebuilt metadata from data files: depth %d, read %d,%d, write %d,%d",
+                       self.name, depth, self.read_file_num, self.read_pos,
+                       self.write_file_num, self.write_pos)
+
+    def _scan_file(self, path: str) -> tuple[int, int]:
+        """Count the valid records at the start of a data file; return (count, end offset)."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            return 0, 0
+        pos = count = 0
+        while pos + 4 <= len(data):
+            (size,) = _SIZE.unpack_from(data, pos)
+            if size < self.min_msg_size or size > self.max_msg_size or pos + 4 + size > len(data):
+                break
+            pos += 4 + size
+            count += 1
+        return count, pos
+
+    def __repr__(self) -> str:
+        return (f"<DiskQueue {self.name!r} depth={self._depth} read={self.read_file_num},{self.read_pos} "
+                f"write={self.write_file_num},{self.write_pos}>")

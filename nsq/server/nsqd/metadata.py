@@ -1,0 +1,96 @@
+"""``nsqd.dat``: which topics and channels exist and whether they are paused.
+
+Format (WIRE-FACTS "Files"), as Go nsqd 1.2 writes it (keys sorted)::
+
+    {"topics":[{"channels":[{"name":"c","paused":false}],"name":"t","paused":false}],"version":"1.2.1"}
+
+Ephemeral topics and channels are not written. The file is written to a
+temporary file in the same directory, fsynced, then renamed over the old one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+from typing import TYPE_CHECKING, Any
+
+from nsq import NSQ_VERSION
+from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
+
+if TYPE_CHECKING:
+    from nsq.server.nsqd.nsqd import NSQD
+
+__all__ = ["METADATA_FILE", "dump_metadata", "write_metadata", "read_metadata"]
+
+log = logging.getLogger("nsq.nsqd")
+
+METADATA_FILE = "nsqd.dat"
+
+
+def dump_metadata(nsqd: NSQD) -> dict[str, Any]:
+    """The metadata object for ``nsqd``'s durable topics and channels."""
+    topics = []
+    for topic in nsqd.topics.values():
+        if topic.ephemeral:
+            continue
+        channels = [
+            {"name": c.name, "paused": c.paused} for c in topic.channels.values() if not c.ephemeral
+        ]
+        topics.append({"channels": channels, "name": topic.name, "paused": topic.paused})
+    return {"topics": topics, "version": NSQ_VERSION}
+
+
+def write_metadata(data_path: str, meta: dict[str, Any]) -> None:
+    """Atomically write ``meta`` to ``<data_path>/nsqd.dat``.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    path = os.path.join(data_path, METADATA_FILE)
+    tmp = f"{path}.{random.getrandbits(63)}.tmp"
+    data = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_metadata(data_path: str) -> list[dict[str, Any]]:
+    """The ``topics`` list of ``<data_path>/nsqd.dat`` ([] if there is none).
+
+    Entries with invalid names are skipped with a log line, as Go does.
+
+    Raises:
+        ValueError: the file exists but is not valid metadata JSON.
+    """
+    path = os.path.join(data_path, METADATA_FILE)
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return []
+    try:
+        meta = json.loads(raw)
+        topics = meta.get("topics") or []
+    except (ValueError, AttributeError) as exc:
+        raise ValueError(f"failed to parse metadata {path}: {exc}") from None
+    out = []
+    for t in topics:
+        name = t.get("name", "") if isinstance(t, dict) else ""
+        if not is_valid_topic_name(name):
+            log.warning("skipping creation of invalid topic %r", name)
+            continue
+        channels = []
+        for c in t.get("channels") or []:
+            cname = c.get("name", "") if isinstance(c, dict) else ""
+            if not is_valid_channel_name(cname):
+                log.warning("skipping creation of invalid channel %r", cname)
+                continue
+            channels.append({"name": cname, "paused": bool(c.get("paused"))})
+        out.append({"name": name, "paused": bool(t.get("paused")), "channels": channels})
+    return out

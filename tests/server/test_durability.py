@@ -1,0 +1,225 @@
+"""Disk queue integration: overflow and drain, metadata, clean restart, kill -9."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from nsq.client import Producer
+from nsq.server.nsqd.nsqd import NSQD
+from nsq.server.nsqd.options import NSQDOptions
+
+from .helpers import Conn, wait_for
+
+
+def opts(path, **kw) -> NSQDOptions:
+    return NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", data_path=str(path), **kw)
+
+
+async def start(path, **kw) -> NSQD:
+    d = NSQD(opts(path, **kw))
+    await d.start()
+    return d
+
+
+async def consume(d: NSQD, topic: str, channel: str, n: int, rdy: int = 2500) -> list[tuple[bytes, int]]:
+    """Receive and FIN ``n`` messages: [(body, attempts)]."""
+    conn = await Conn.open(d.tcp_port)
+    try:
+        await conn.subscribe(topic, channel, rdy=rdy)
+        out = []
+        for _ in range(n):
+            m = await conn.read_message(timeout=5)
+            out.append((m.body, m.attempts))
+            await conn.send(b"FIN " + m.id + b"\n")
+        await conn.expect_nothing(0.2)
+        return out
+    finally:
+        await conn.aclose()
+
+
+@pytest.mark.parametrize("mem", [0, 1, 10, 10000])
+async def test_overflow_and_drain(tmp_path, mem):
+    d = await start(tmp_path, mem_queue_size=mem, max_bytes_per_file=4096)
+    try:
+        async with Producer(d.tcp_address) as p:
+            await p.multi_publish("t", [b"m%03d" % i for i in range(50)])
+            d.topics["t"].get_channel("c")
+            await p.multi_publish("t", [b"n%03d" % i for i in range(50)])
+        ch = d.topics["t"].channels["c"]
+        assert ch.depth == 100
+        assert ch.backend.depth == max(0, 100 - mem)
+        got = await consume(d, "t", "c", 100)
+        assert sorted(b for b, _ in got) == sorted([b"m%03d" % i for i in range(50)] + [b"n%03d" % i for i in range(50)])
+        assert ch.depth == 0 and ch.backend.depth == 0
+    finally:
+        await d.stop()
+
+
+async def test_stats_show_backend_depth(tmp_path):
+    d = await start(tmp_path, mem_queue_size=2)
+    try:
+        d.get_topic("t").get_channel("c")
+        async with Producer(d.tcp_address) as p:
+            await p.multi_publish("t", [b"x"] * 5)
+        from nsq.server.nsqd.stats import get_stats
+
+        stats = get_stats(d)
+        ch = stats["topics"][0]["channels"][0]
+        assert (ch["depth"], ch["backend_depth"]) == (5, 3)
+    finally:
+        await d.stop()
+
+
+async def test_clean_restart_keeps_memory_inflight_deferred_and_disk(tmp_path):
+    d = await start(tmp_path, mem_queue_size=3)
+    async with Producer(d.tcp_address) as p:
+        await p.publish("held", b"no-channel-yet")  # topic queue (memory)
+        d.get_topic("t").get_channel("c")
+        await p.multi_publish("t", [b"q%d" % i for i in range(6)])  # 3 memory + 3 disk
+        await p.deferred_publish("t", b"deferred", 60_000)
+    conn = await Conn.open(d.tcp_port)
+    await conn.subscribe("t", "c", rdy=2)
+    inflight = [await conn.read_message(), await conn.read_message()]
+    assert all(m.attempts == 1 for m in inflight)
+    d.get_topic("t").pause()
+    d.get_topic("t").get_channel("paused").pause()
+    await d.stop()
+    await conn.aclose()
+
+    meta = json.loads((tmp_path / "nsqd.dat").read_bytes())
+    names = {t["name"]: t for t in meta["topics"]}
+    assert set(names) == {"held", "t"}
+    assert names["t"]["paused"] is True
+
+    d = await start(tmp_path, mem_queue_size=3)
+    try:
+        t = d.topics["t"]
+        assert t.paused and t.channels["paused"].paused and not t.channels["c"].paused
+        assert t.channels["c"].depth == 7  # 4 queued + 2 in flight + 1 deferred
+        got = await consume(d, "t", "c", 7)
+        bodies = dict(got)
+        assert set(bodies) == {b"q%d" % i for i in range(6)} | {b"deferred"}
+        for m in inflight:
+            assert bodies[m.body] == 2  # attempts kept across the restart
+        assert d.topics["held"].depth == 1
+    finally:
+        await d.stop()
+
+
+async def test_ephemeral_not_persisted(tmp_path):
+    d = await start(tmp_path)
+    async with Producer(d.tcp_address) as p:
+        await p.publish("e#ephemeral", b"x")
+        await p.publish("t", b"x")
+    d.get_topic("t").get_channel("c#ephemeral")
+    await d.stop()
+    meta = json.loads((tmp_path / "nsqd.dat").read_bytes())
+    assert meta["topics"] == [{"channels": [], "name": "t", "paused": False}]
+    assert not [f for f in os.listdir(tmp_path) if "ephemeral" in f]
+
+
+async def test_empty_and_delete_remove_disk_files(tmp_path):
+    d = await start(tmp_path, mem_queue_size=0)
+    try:
+        d.get_topic("t").get_channel("c")
+        async with Producer(d.tcp_address) as p:
+            await p.multi_publish("t", [b"x"] * 10)
+        ch = d.topics["t"].channels["c"]
+        assert ch.backend.depth == 10
+        ch.empty()
+        assert ch.depth == 0
+        assert d.delete_topic("t")
+        left = [f for f in os.listdir(tmp_path) if f.startswith("t")]
+        assert left == []
+    finally:
+        await d.stop()
+
+
+async def test_file_roll(tmp_path):
+    d = await start(tmp_path, mem_queue_size=0, max_bytes_per_file=1024)
+    try:
+        async with Producer(d.tcp_address) as p:
+            await p.multi_publish("roll", [b"y" * 100] * 40)  # 40 * (4 + 126) bytes
+        files = sorted(f for f in os.listdir(tmp_path) if f.startswith("roll.diskqueue.") and f.endswith(".dat")
+                       and "meta" not in f)
+        assert len(files) >= 5
+    finally:
+        await d.stop()
+
+
+async def test_data_path_locked(tmp_path):
+    d = await start(tmp_path)
+    try:
+        with pytest.raises(OSError, match="in use"):
+            await start(tmp_path)
+    finally:
+        await d.stop()
+
+
+def _spawn(data, *extra) -> tuple[subprocess.Popen, str, str]:
+    from tests.cli.conftest import NSQ, free_port
+
+    tcp, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    proc = subprocess.Popen(NSQ + ["nsqd", f"--tcp-address={tcp}", f"--http-address={http}", f"--data-path={data}",
+                                   *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, tcp, http
+
+
+@pytest.mark.slow
+def test_kill9_loses_no_acknowledged_message(tmp_path):
+    """Three kill -9 trials with --mem-queue-size=0 --sync-every=1: every OK'd PUB survives."""
+    import time
+    import urllib.request
+
+    acked = 0
+    for trial in range(3):
+        proc, tcp, _ = _spawn(tmp_path, "--mem-queue-size=0", "--sync-every=1")
+        try:
+            acked += asyncio.run(_publish_until_killed(tcp, proc, trial))
+        finally:
+            proc.kill()
+            proc.wait()
+    assert acked > 0
+    proc, _, http = _spawn(tmp_path)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                raw = urllib.request.urlopen(f"http://{http}/stats?format=json", timeout=1).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "nsqd did not restart"
+                time.sleep(0.05)
+        topics = {t["topic_name"]: t for t in json.loads(raw)["topics"] or []}
+        assert topics["k"]["depth"] >= acked
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+
+
+async def _publish_until_killed(tcp: str, proc: subprocess.Popen, trial: int) -> int:
+    from nsq.client.errors import ConnectionClosedError
+
+    p = Producer(tcp)
+    for _ in range(200):
+        try:
+            await p.connect()
+            break
+        except OSError:
+            await asyncio.sleep(0.05)
+    acked = 0
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.5 + 0.2 * trial, proc.kill)
+    try:
+        while True:
+            await p.publish("k", b"msg-%d" % acked)
+            acked += 1
+    except (ConnectionClosedError, OSError):
+        pass
+    return acked
