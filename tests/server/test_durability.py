@@ -223,3 +223,42 @@ async def _publish_until_killed(tcp: str, proc: subprocess.Popen, trial: int) ->
     except (ConnectionClosedError, OSError):
         pass
     return acked
+
+
+def _go_record(ts: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
+    """One go-diskqueue record of an nsqd message, packed by hand."""
+    import struct
+
+    payload = struct.pack(">qH", ts, attempts) + msg_id + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+async def test_reads_a_go_written_data_dir(tmp_path):
+    """nsqd.dat and diskqueue files laid out byte by byte as Go nsqd 1.2 writes them."""
+    (tmp_path / "nsqd.dat").write_bytes(
+        b'{"topics":[{"channels":[{"name":"c","paused":false}],"name":"t","paused":false},'
+        b'{"channels":[],"name":"p","paused":true}],"version":"1.2.1"}'
+    )
+    ts = 1_700_000_000_000_000_000
+    chan = b"".join(_go_record(ts, a, b"%016x" % i, b"chan-%d" % i) for i, a in ((1, 0), (2, 3), (3, 1)))
+    (tmp_path / "t:c.diskqueue.000000.dat").write_bytes(chan)
+    (tmp_path / "t:c.diskqueue.meta.dat").write_bytes(b"3\n0,0\n0,%d\n" % len(chan))
+    topic = b"".join(_go_record(ts, 0, b"%016x" % i, b"topic-%d" % i) for i in (4, 5))
+    (tmp_path / "t.diskqueue.000000.dat").write_bytes(topic)
+    (tmp_path / "t.diskqueue.meta.dat").write_bytes(b"2\n0,0\n0,%d\n" % len(topic))
+
+    d = await start(tmp_path)
+    try:
+        assert d.topics["p"].paused
+        got = dict(await consume(d, "t", "c", 5))
+        assert got == {b"chan-1": 1, b"chan-2": 4, b"chan-3": 2, b"topic-4": 1, b"topic-5": 1}
+    finally:
+        await d.stop()
+    # what we leave behind is Go's format again
+    assert (tmp_path / "nsqd.dat").read_bytes() == (
+        b'{"topics":[{"channels":[{"name":"c","paused":false}],"name":"t","paused":false},'
+        b'{"channels":[],"name":"p","paused":true}],"version":"1.2.1"}'
+    )
+    meta = (tmp_path / "t:c.diskqueue.meta.dat").read_bytes()
+    depth, read, write = meta.split(b"\n")[:3]
+    assert depth == b"0" and read.count(b",") == 1 and write.count(b",") == 1
