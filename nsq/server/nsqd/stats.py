@@ -65,7 +65,8 @@ def client_stats(client: ClientV2) -> dict[str, Any]:
 
 def channel_stats(channel: Channel, host: str, include_clients: bool) -> dict[str, Any]:
     """One channel's stats dict (Go ``ChannelStats``)."""
-    clients = [client_stats(c) for c in channel.clients.values()] if include_clients else []
+    # Go: clients is null when not asked for, a (possibly empty) list otherwise
+    clients = [client_stats(c) for c in channel.clients.values()] if include_clients else None
     return {
         "channel_name": channel.name,
         "depth": channel.depth,
@@ -139,7 +140,7 @@ def get_stats(
     topics = [
         topic_stats(t, host, channel, include_clients)
         for name, t in sorted(nsqd.topics.items())
-        if not topic or name == topic
+        if (not topic or name == topic) and (not channel or channel in t.channels)
     ]
     producers: list[dict[str, Any]] = []
     if include_clients:
@@ -153,7 +154,9 @@ def get_stats(
         "version": NSQ_VERSION,
         "health": nsqd.health,
         "start_time": nsqd.start_time,
-        "topics": topics or None,
+        # Go: null when the topic filter names no topic, else a list (a
+        # channel filter drops the topics that lack that channel)
+        "topics": None if topic and topic not in nsqd.topics else topics,
     }
     if include_mem:
         out["memory"] = memory_stats()
@@ -196,7 +199,7 @@ def render_text(nsqd: NSQD, stats: dict[str, Any]) -> str:
                 f"inflt: {c['in_flight_count']:<4} def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
                 f"timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8} e2e%: \n"
             )
-            for cl in c["clients"]:
+            for cl in c["clients"] or []:
                 out += (
                     f"        [{cl['version']} {cl['client_id']:<21}] state: {cl['state']} "
                     f"inflt: {cl['in_flight_count']:<4} rdy: {cl['ready_count']:<4} fin: {cl['finish_count']:<8} "
