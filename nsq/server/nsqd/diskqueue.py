@@ -53,8 +53,13 @@ go-diskqueue issue #42; a meta file that cannot be parsed is rebuilt by
 scanning the data files instead of being half-applied.
 
 The class is synchronous and not thread-safe: call it from one thread (the
-event loop). ``sync_timeout`` is only stored; the owner runs a timer that
-calls :meth:`DiskQueue.sync` when :attr:`DiskQueue.needs_sync`.
+event loop). The one exception is fsync: with :attr:`DiskQueue.background`
+set (nsqd gives every queue one shared disk thread),
+:meth:`DiskQueue.sync_in_background` fsyncs a dup of the write file and
+writes a meta snapshot in that thread, so the event loop never waits for the
+disk; ``--sync-every`` > 1 and the periodic sync use it. With
+``--sync-every=1`` the sync stays inline so a publish is on disk before nsqd
+answers OK. ``sync_timeout`` is only stored; the owner runs the timer.
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ import os
 import random
 import re
 import struct
+import threading
+from collections.abc import Callable
 
 from .backend import BackendFull, BackendQueue
 
@@ -105,6 +112,13 @@ class DiskQueue(BackendQueue):
         self._closed = False
         self._dirty = False  # state changed since the last sync
         self._writes_since_sync = 0
+        #: runs a callable in the owner's disk thread (``executor.submit``);
+        #: None syncs inline. See :meth:`sync_in_background`.
+        self.background: Callable[[Callable[[], None]], object] | None = None
+        self._bg_failed = False
+        self._meta_lock = threading.Lock()
+        self._meta_gen = 0  # snapshots taken
+        self._meta_written_gen = 0  # newest snapshot on disk
 
         self._wfd: int | None = None  # open write file (number write_file_num)
 
@@ -127,7 +141,7 @@ class DiskQueue(BackendQueue):
     @property
     def needs_sync(self) -> bool:
         """True if anything (writes, reads, file changes) happened since the last sync."""
-        return self._dirty
+        return self._dirty or self._bg_failed
 
     def put(self, record: bytes) -> None:
         """Append one record.
@@ -171,7 +185,10 @@ class DiskQueue(BackendQueue):
         self._writes_since_sync += 1
         if self._writes_since_sync >= self.sync_every:
             try:
-                self.sync()
+                if self.sync_every > 1:
+                    self.sync_in_background()
+                else:
+                    self.sync()  # --sync-every=1: durable before the caller answers OK
             except OSError as e:  # the record is written; the next sync retries
                 logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
 
@@ -254,9 +271,51 @@ class DiskQueue(BackendQueue):
             return
         if self._wfd is not None:
             os.fsync(self._wfd)
-        self._persist_meta()
+        self._meta_gen += 1
+        gen = self._meta_gen
+        with self._meta_lock:
+            self._persist_meta()
+            self._meta_written_gen = gen
+        self._dirty = False
+        self._bg_failed = False
+        self._writes_since_sync = 0
+
+    def sync_in_background(self) -> None:
+        """Sync in the owner's disk thread (:attr:`background`) so the caller
+        does not wait for fsync; inline when no thread is set.
+
+        The meta file written is a snapshot taken now; a later snapshot is
+        never overwritten by an earlier one (generation check under a lock).
+        A failure is logged and makes :attr:`needs_sync` true again.
+        """
+        if self._closed:
+            return
+        if self.background is None:
+            self.sync()
+            return
+        fd = os.dup(self._wfd) if self._wfd is not None else None
+        text = self._meta_text()
+        self._meta_gen += 1
+        gen = self._meta_gen
         self._dirty = False
         self._writes_since_sync = 0
+        self.background(lambda: self._sync_worker(fd, text, gen))
+
+    def _sync_worker(self, fd: int | None, text: bytes, gen: int) -> None:
+        """Runs in the disk thread: fsync a dup of the write fd, then the meta."""
+        try:
+            if fd is not None:
+                os.fsync(fd)
+            with self._meta_lock:
+                if gen > self._meta_written_gen and not self._closed:
+                    self._write_meta(text)
+                    self._meta_written_gen = gen
+        except OSError as e:
+            self._bg_failed = True
+            logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     def empty(self) -> None:
         """Drop every record: delete the data files and move to a fresh file number.
@@ -292,10 +351,11 @@ class DiskQueue(BackendQueue):
             names = os.listdir(self.data_path)
         except OSError:
             names = []
-        for fn in names:  # leftovers outside [read, write], stray meta temp files
-            if self._data_re.fullmatch(fn) or (fn.startswith(meta_base + ".") and fn.endswith(".tmp")):
-                self._remove(os.path.join(self.data_path, fn))
-        self._remove(self._meta_path)
+        with self._meta_lock:  # no disk-thread meta write may recreate it
+            for fn in names:  # leftovers outside [read, write], stray meta temp files
+                if self._data_re.fullmatch(fn) or (fn.startswith(meta_base + ".") and fn.endswith(".tmp")):
+                    self._remove(os.path.join(self.data_path, fn))
+            self._remove(self._meta_path)
         self._depth = 0
 
     # ------------------------------------------------------------ internals
@@ -468,9 +528,14 @@ class DiskQueue(BackendQueue):
         self._depth = 0
         self._dirty = True
 
-    def _persist_meta(self) -> None:
-        text = (f"{self._depth}\n{self.read_file_num},{self.read_pos}\n"
+    def _meta_text(self) -> bytes:
+        return (f"{self._depth}\n{self.read_file_num},{self.read_pos}\n"
                 f"{self.write_file_num},{self.write_pos}\n").encode()
+
+    def _persist_meta(self) -> None:
+        self._write_meta(self._meta_text())
+
+    def _write_meta(self, text: bytes) -> None:
         tmp = f"{self._meta_path}.{random.getrandbits(62)}.tmp"
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

@@ -95,6 +95,7 @@ class NSQD:
         self._disk_queues: set = set()
         self._loading = False
         self._dir_lock: int | None = None
+        self._disk_thread = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -112,7 +113,11 @@ class NSQD:
         self._stopped = asyncio.Event()
         self.start_time = int(time.time())
         if self.data_path:
+            from concurrent.futures import ThreadPoolExecutor
+
             self._lock_data_path()
+            # one thread for every fsync, so the event loop never waits on the disk
+            self._disk_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsqd-disk")
             self._load_metadata()
         host, port = split_host_port(self.options.tcp_address)
 
@@ -156,6 +161,9 @@ class NSQD:
             except Exception:
                 log.exception("TOPIC(%s): failed to close cleanly", topic.name)
         self._disk_queues.clear()
+        if self._disk_thread is not None:
+            self._disk_thread.shutdown(wait=True)
+            self._disk_thread = None
         self._unlock_data_path()
         if self._scan_task is not None:
             self._scan_task.cancel()
@@ -240,6 +248,8 @@ class NSQD:
             sync_every=opts.sync_every,
             sync_timeout=opts.sync_timeout,
         )
+        if self._disk_thread is not None:
+            dq.background = self._disk_thread.submit
         self._disk_queues.add(dq)
         return dq
 
@@ -346,7 +356,7 @@ class NSQD:
         for dq in list(self._disk_queues):
             if dq.needs_sync:
                 try:
-                    dq.sync()
+                    dq.sync_in_background()
                 except OSError as exc:
                     self.set_health(f"failed to sync disk queue - {exc}")
 
