@@ -82,7 +82,8 @@ async def test_clean_restart_keeps_memory_inflight_deferred_and_disk(tmp_path):
         await p.publish("held", b"no-channel-yet")  # topic queue (memory)
         d.get_topic("t").get_channel("c")
         await p.multi_publish("t", [b"q%d" % i for i in range(6)])  # 3 memory + 3 disk
-        await p.deferred_publish("t", b"deferred", 60_000)
+        await p.deferred_publish("t", b"deferred", 1500)
+    published_at = asyncio.get_running_loop().time()
     conn = await Conn.open(d.tcp_port)
     await conn.subscribe("t", "c", rdy=2)
     inflight = [await conn.read_message(), await conn.read_message()]
@@ -101,13 +102,18 @@ async def test_clean_restart_keeps_memory_inflight_deferred_and_disk(tmp_path):
     try:
         t = d.topics["t"]
         assert t.paused and t.channels["paused"].paused and not t.channels["c"].paused
-        assert t.channels["c"].depth == 7  # 4 queued + 2 in flight + 1 deferred
-        got = await consume(d, "t", "c", 7)
+        ch = t.channels["c"]
+        assert ch.depth == 6  # 4 queued + 2 in flight
+        assert len(ch.deferred) == 1  # still deferred, with its due time (deferred log)
+        got = await consume(d, "t", "c", 6)
         bodies = dict(got)
-        assert set(bodies) == {b"q%d" % i for i in range(6)} | {b"deferred"}
+        assert set(bodies) == {b"q%d" % i for i in range(6)}
         for m in inflight:
             assert bodies[m.body] == 2  # attempts kept across the restart
         assert d.topics["held"].depth == 1
+        got = await consume(d, "t", "c", 1)
+        assert got == [(b"deferred", 1)]
+        assert asyncio.get_running_loop().time() - published_at >= 1.4
     finally:
         await d.stop()
 
@@ -262,3 +268,87 @@ async def test_reads_a_go_written_data_dir(tmp_path):
     meta = (tmp_path / "t:c.diskqueue.meta.dat").read_bytes()
     depth, read, write = meta.split(b"\n")[:3]
     assert depth == b"0" and read.count(b",") == 1 and write.count(b",") == 1
+
+
+async def test_deferred_log_requeue_delay_and_empty(tmp_path):
+    d = await start(tmp_path)
+    conn = await Conn.open(d.tcp_port)
+    await conn.subscribe("t", "c", rdy=1)
+    async with Producer(d.tcp_address) as p:
+        await p.publish("t", b"x")
+    m = await conn.read_message()
+    await conn.send(b"REQ " + m.id + b" 60000\n")
+    async def deferred_one() -> bool:
+        return len(d.topics["t"].channels["c"].deferred) == 1
+
+    await wait_for(deferred_one)
+    await conn.aclose()
+    await d.stop()
+    d = await start(tmp_path)
+    try:
+        ch = d.topics["t"].channels["c"]
+        assert list(ch.deferred) == [m.id]
+        assert ch.deferred[m.id].attempts == 1
+        ch.empty()
+        assert not ch.deferred
+    finally:
+        await d.stop()
+    d = await start(tmp_path)
+    try:
+        assert not d.topics["t"].channels["c"].deferred
+    finally:
+        await d.stop()
+
+
+@pytest.mark.slow
+def test_deferred_survives_kill9(tmp_path):
+    """DPUB with --sync-every=1, kill -9, restart: delivered at its original due time."""
+    import time
+
+    proc, tcp, _ = _spawn(tmp_path, "--sync-every=1")
+    try:
+        async def publish() -> float:
+            p = Producer(tcp)
+            for _ in range(200):
+                try:
+                    await p.connect()
+                    break
+                except OSError:
+                    await asyncio.sleep(0.05)
+            await p.publish("dt", b"warmup")
+            conn = await Conn.open(int(tcp.rsplit(":", 1)[1]))
+            await conn.subscribe("dt", "c", rdy=0)  # create the channel
+            await conn.aclose()
+            await p.deferred_publish("dt", b"later", 2500)
+            t = time.time()
+            await p.close()
+            return t
+        published = asyncio.run(publish())
+    finally:
+        proc.kill()
+        proc.wait()
+    proc, tcp, _ = _spawn(tmp_path)
+    try:
+        async def receive() -> tuple[bytes, float]:
+            for _ in range(200):
+                try:
+                    conn = await Conn.open(int(tcp.rsplit(":", 1)[1]))
+                    break
+                except OSError:
+                    await asyncio.sleep(0.05)
+            await conn.subscribe("dt", "c", rdy=10)
+            bodies = []
+            while True:
+                m = await conn.read_message(timeout=6)
+                bodies.append(m.body)
+                await conn.send(b"FIN " + m.id + b"\n")
+                if m.body == b"later":
+                    t = time.time()
+                    await conn.aclose()
+                    return bodies, t
+        bodies, at = asyncio.run(receive())
+        assert b"later" in bodies
+        assert at - published >= 2.3  # not before its due time
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)

@@ -75,6 +75,10 @@ class Channel:
         self.paused = False
         self.deleted = False
         self._disk_turn = False
+        #: durable deferred messages (None: ephemeral or memory-only nsqd)
+        self.deferred_log = topic.nsqd.make_deferred_log(f"{topic.name}:{name}", self.ephemeral)
+        if self.deferred_log is not None:
+            self._load_deferred()
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
@@ -158,11 +162,23 @@ class Channel:
             self.nsqd.set_health(f"failed to write message to backend - {exc}")
             self.queue.append(msg)
 
-    def _defer(self, msg: Message, due: float) -> None:
+    def _defer(self, msg: Message, due: float, persist: bool = True) -> None:
         msg.deadline = due
         msg.client = None
         self.deferred[msg.id] = msg
         heapq.heappush(self._deferred_pq, (due, next(_seq), msg))
+        if persist and self.deferred_log is not None:
+            due_unix = time.time_ns() + int((due - time.monotonic()) * 1e9)
+            self.deferred_log.add(due_unix, msg.timestamp, msg.attempts, msg.id, msg.body)
+
+    def _load_deferred(self) -> None:
+        """Re-arm deferred messages found on disk at their original due time."""
+        now_mono, now_unix = time.monotonic(), time.time_ns()
+        for due_unix, m in list(self.deferred_log.pending.values()):  # type: ignore[union-attr]
+            msg = Message(m.id, m.body, m.timestamp, m.attempts)
+            self._defer(msg, now_mono + (due_unix - now_unix) / 1e9, persist=False)
+        if self.deferred:
+            log.info("CHANNEL(%s:%s): %d deferred messages restored", self.topic.name, self.name, len(self.deferred))
 
     # -- delivery ------------------------------------------------------------
 
@@ -317,6 +333,8 @@ class Channel:
             if deferred.get(msg.id) is msg and msg.deadline <= now:
                 del deferred[msg.id]
                 self._requeue(msg)
+                if self.deferred_log is not None:
+                    self.deferred_log.remove(msg.id)
                 changed = True
         if changed:
             self.pump()
@@ -364,6 +382,8 @@ class Channel:
         self._in_flight_pq.clear()
         self.deferred.clear()
         self._deferred_pq.clear()
+        if self.deferred_log is not None:
+            self.deferred_log.clear()
         for client in self.clients.values():
             self.client_ready(client)
 
@@ -374,7 +394,10 @@ class Channel:
         """
         msgs = list(self.queue)
         msgs += sorted(self.in_flight.values(), key=lambda m: m.deadline)
-        msgs += sorted(self.deferred.values(), key=lambda m: m.deadline)
+        if self.deferred_log is None:
+            # as Go: deferred messages go to the disk queue (losing their delay)
+            msgs += sorted(self.deferred.values(), key=lambda m: m.deadline)
+        # else they are already in the deferred log, with their due times
         if msgs and self.backend.accepts_overflow and not self.ephemeral:
             log.info("CHANNEL(%s): flushing %d memory %d in-flight %d deferred messages to backend",
                      self.name, len(self.queue), len(self.in_flight), len(self.deferred))
@@ -396,11 +419,18 @@ class Channel:
             client.close()
         self.clients.clear()
         self._ready.clear()
+        dlog = self.deferred_log
+        if dlog is not None:
+            self.nsqd.forget_backend(dlog)
         if delete:
             self.empty()
             self.backend.delete()
+            if dlog is not None:
+                dlog.delete()
         else:
             try:
                 self.flush()
             finally:
                 self.backend.close()
+                if dlog is not None:
+                    dlog.close()

@@ -253,7 +253,20 @@ class NSQD:
         self._disk_queues.add(dq)
         return dq
 
-    def forget_backend(self, backend: BackendQueue) -> None:
+    def make_deferred_log(self, name: str, ephemeral: bool):
+        """A :class:`~nsq.server.nsqd.deferredlog.DeferredLog` for a durable
+        channel ``topic:channel`` when there is a data path, else None."""
+        if ephemeral or not self.data_path:
+            return None
+        from nsq.server.nsqd.deferredlog import DeferredLog
+
+        dlog = DeferredLog(name, self.data_path, self.options.sync_every)
+        if self._disk_thread is not None:
+            dlog.background = self._disk_thread.submit
+        self._disk_queues.add(dlog)
+        return dlog
+
+    def forget_backend(self, backend) -> None:
         """Stop syncing a backend that was closed or deleted."""
         self._disk_queues.discard(backend)
 

@@ -1,0 +1,220 @@
+"""Durable deferred messages: a per-channel append-only log (beyond Go).
+
+Go nsqd keeps DPUB/REQ-delayed messages only in memory (nsqio/nsq #674,
+#1079, #1375). Here each durable channel with a data path also appends them
+to ``<topic>:<channel>.deferred.dat`` so they survive a crash or restart and
+are delivered at their original due time. Only deferrals pay for it; plain
+PUB/MPUB never touch this file.
+
+Records::
+
+    [int32 size][u8 kind][payload: size-1 bytes]
+    kind 1, ADD:    [int64 due, unix ns][message: int64 ts, uint16 attempts, 16-byte id, body]
+    kind 2, REMOVE: [16-byte id]
+
+Replaying the file in order gives the pending set (an id may be added again
+after it was removed: a message requeued with a delay twice). At start the
+file is compacted (live entries rewritten to a temp file, fsynced, renamed),
+and again whenever removed entries outnumber live ones. A torn tail (a crash
+mid-write) is cut off with a log line. Sync follows ``--sync-every`` and the
+daemon's ``--sync-timeout`` timer, like the disk queue: inline fsync with
+``--sync-every=1``, else in the disk thread.
+
+Go nsqd ignores this file; moving a data dir back to Go loses only the
+pending deferred messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import struct
+from collections.abc import Callable
+
+from nsq.protocol.message import MIN_MESSAGE_LENGTH, decode_message, DecodedMessage
+
+__all__ = ["DeferredLog"]
+
+log = logging.getLogger("nsq.nsqd")
+
+_HDR = struct.Struct(">iB")
+_DUE = struct.Struct(">q")
+_ADD = 1
+_REMOVE = 2
+_MSG_HDR = struct.Struct(">qH")
+
+
+class DeferredLog:
+    """The deferred messages of one channel, on disk.
+
+    Args:
+        name: ``topic:channel``.
+        data_path: directory.
+        sync_every: fsync after this many appends (1 = before returning).
+
+    Attributes:
+        pending: ``{id: (due unix ns, DecodedMessage)}`` loaded at open,
+            kept current by :meth:`add`/:meth:`remove`.
+    """
+
+    def __init__(self, name: str, data_path: str, sync_every: int) -> None:
+        self.name = name
+        self.path = os.path.join(data_path, f"{name}.deferred.dat")
+        self.sync_every = max(1, sync_every)
+        self.background: Callable[[Callable[[], None]], object] | None = None
+        self.pending: dict[bytes, tuple[int, DecodedMessage]] = {}
+        self._dead = 0
+        self._writes_since_sync = 0
+        self._dirty = False
+        self._fd: int | None = None
+        self._closed = False
+        self._load()
+        self._compact()
+
+    # -- public --------------------------------------------------------------------
+
+    def add(self, due_unix_ns: int, ts: int, attempts: int, msg_id: bytes, body: bytes) -> None:
+        """Record a deferred message due at ``due_unix_ns`` (ns since the epoch)."""
+        if self._closed:
+            return
+        payload = _DUE.pack(due_unix_ns) + _MSG_HDR.pack(ts, attempts) + msg_id + body
+        if msg_id in self.pending:
+            self._dead += 1
+        self.pending[msg_id] = (due_unix_ns, DecodedMessage(ts, attempts, msg_id, body))
+        self._append(_ADD, payload)
+
+    def remove(self, msg_id: bytes) -> None:
+        """Record that a deferred message was released (or dropped)."""
+        if self._closed or self.pending.pop(msg_id, None) is None:
+            return
+        self._dead += 2  # its ADD and this REMOVE
+        self._append(_REMOVE, msg_id)
+        if self._dead > 1024 and self._dead > 4 * len(self.pending):
+            self._compact()
+
+    def clear(self) -> None:
+        """Drop every pending message (channel empty)."""
+        if self._closed:
+            return
+        self.pending.clear()
+        self._compact()
+
+    @property
+    def needs_sync(self) -> bool:
+        return self._dirty
+
+    def sync(self) -> None:
+        """fsync now."""
+        if self._fd is not None and self._dirty:
+            os.fsync(self._fd)
+        self._dirty = False
+        self._writes_since_sync = 0
+
+    def sync_in_background(self) -> None:
+        """fsync a dup of the file in the disk thread (inline without one)."""
+        if self._fd is None or not self._dirty:
+            return
+        if self.background is None:
+            self.sync()
+            return
+        fd = os.dup(self._fd)
+        self._dirty = False
+        self._writes_since_sync = 0
+
+        def work() -> None:
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                self._dirty = True
+                log.error("DEFERRED(%s): failed to sync - %s", self.name, exc)
+            finally:
+                os.close(fd)
+
+        self.background(work)
+
+    def close(self) -> None:
+        """Sync and close; pending messages stay in the file for the next start."""
+        if self._closed:
+            return
+        try:
+            self.sync()
+        finally:
+            self._closed = True
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def delete(self) -> None:
+        """Close and remove the file (channel deleted)."""
+        self._closed = True
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+
+    # -- internals -----------------------------------------------------------------
+
+    def _append(self, kind: int, payload: bytes) -> None:
+        assert self._fd is not None
+        os.write(self._fd, _HDR.pack(len(payload) + 1, kind) + payload)
+        self._dirty = True
+        self._writes_since_sync += 1
+        if self._writes_since_sync >= self.sync_every:
+            if self.sync_every == 1:
+                self.sync()
+            else:
+                self.sync_in_background()
+
+    def _load(self) -> None:
+        try:
+            with open(self.path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            return
+        pos = 0
+        end = len(data)
+        while pos < end:
+            if end - pos < 5:
+                break
+            size, kind = _HDR.unpack_from(data, pos)
+            if size < 1 or end - pos - 4 < size:
+                break
+            body = data[pos + 5:pos + 4 + size]
+            if kind == _ADD and len(body) >= 8 + MIN_MESSAGE_LENGTH:
+                due = _DUE.unpack_from(body, 0)[0]
+                msg = decode_message(body[8:])
+                self.pending[msg.id] = (due, msg)
+            elif kind == _REMOVE and len(body) == 16:
+                self.pending.pop(bytes(body), None)
+            else:
+                break
+            pos += 4 + size
+        if pos < end:
+            log.error("DEFERRED(%s): %s has a torn or corrupt record at %d of %d bytes; "
+                      "keeping the %d messages before it", self.name, self.path, pos, end, len(self.pending))
+
+    def _compact(self) -> None:
+        """Rewrite the file with only the pending entries, atomically."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        parts = []
+        for due, msg in self.pending.values():
+            payload = _DUE.pack(due) + _MSG_HDR.pack(msg.timestamp, msg.attempts) + msg.id + msg.body
+            parts.append(_HDR.pack(len(payload) + 1, _ADD) + payload)
+        tmp = f"{self.path}.{random.getrandbits(62)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"".join(parts))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._dead = 0
+        self._dirty = False
+        self._writes_since_sync = 0
