@@ -66,11 +66,6 @@ class GoDuration(click.ParamType):
             self.fail(f"invalid duration {value!r} (examples: 250ms, 2s, 1m0s)", param, ctx)
 
 
-def bool_option(*names: str, default: bool | None, help: str) -> Any:
-    """A Go-style bool flag: ``--name`` or ``--name=false``."""
-    return click.option(*names, type=GoBool(), is_flag=False, flag_value="true", default=default, help=help)
-
-
 def fmt_default(value: Any) -> str:
     if isinstance(value, float):
         return format_duration(value)

@@ -93,10 +93,6 @@ class Channel:
         """Messages queued (memory + backend), not counting in-flight/deferred."""
         return len(self.queue) + self.backend.depth
 
-    def room(self) -> int:
-        """Messages the memory queue can still take."""
-        return self.mem_queue_size - len(self.queue)
-
     # -- putting -------------------------------------------------------------
 
     def put_messages(self, msgs: list[Message]) -> None:

@@ -20,7 +20,6 @@ from nsq.protocol.errors import (
     E_BAD_BODY,
     E_DPUB_FAILED,
     E_FIN_FAILED,
-    E_INVALID,
     E_MPUB_FAILED,
     E_PUB_FAILED,
     E_REQ_FAILED,

@@ -14,7 +14,6 @@ import time
 from typing import TYPE_CHECKING
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
-from nsq.protocol.names import is_valid_topic_name
 from nsq.protocol.v2 import Limits
 from nsq.server.nsqd.backend import BackendQueue, DiscardBackend, NoDiskBackend
 from nsq.server.nsqd.options import NSQDOptions
@@ -399,11 +398,9 @@ class NSQD:
 
     # -- helpers -----------------------------------------------------------------
 
-    def is_valid_topic(self, name: str) -> bool:
-        return is_valid_topic_name(name)
-
     @staticmethod
     def hostname() -> str:
+        """The OS hostname (``/info`` ``hostname``)."""
         return socket.gethostname()
 
 
