@@ -10,26 +10,23 @@ our in-process nsqd while node runs. Counters are read back from our
 Without ``node``/``npm`` the tests are skipped; if npm cannot install nsqjs
 they are skipped too, unless ``NSQ_REQUIRE_NSQJS=1`` turns that into a failure.
 
-The fixtures here are self-contained (they do not use ``conftest.py``'s pynsq
-fixtures); their names differ so neither shadows the other.
+``nsqd``, ``http_get_json`` and ``http_post`` come from ``conftest.py``; the
+node process is run and tracked by :mod:`tests.interop.helpers`, as pynsq's is.
 """
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import aiohttp
 import pytest
 
-from nsq.server.nsqd import NSQD, NSQDOptions
+from .helpers import ScriptProcess, spawner, wait_stats
 
 pytestmark = [
     pytest.mark.slow,
@@ -102,186 +99,38 @@ def nsqjs_node_modules() -> Path:
     return CACHE_DIR / "node_modules"
 
 
-@pytest.fixture
-async def server(tmp_path):
-    data = tmp_path / "nsqd-data"
-    data.mkdir()
-    d = NSQD(NSQDOptions(
-        tcp_address="127.0.0.1:0",
-        http_address="127.0.0.1:0",
-        data_path=str(data),
-    ))
-    await d.start()
-    try:
-        yield d
-    finally:
-        await d.stop()
-
-
-class NodeProcess:
+class NodeProcess(ScriptProcess):
     """One run of ``nsqjs_script.js``; stdout lines are parsed into ``events``."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, argv: list[str]):
-        self.proc = proc
-        self.argv = argv
-        self.events: list[dict[str, Any]] = []
-        self._stderr = bytearray()
-        self._stderr_task = asyncio.ensure_future(self._drain_stderr())
-
-    async def _drain_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        while chunk := await self.proc.stderr.read(65536):
-            self._stderr += chunk
-
-    def describe(self) -> str:
-        stderr = self._stderr.decode("utf-8", "replace")
-        tail = "\n".join(stderr.splitlines()[-40:])
-        events = "\n".join(json.dumps(e) for e in self.events[-20:])
-        return (
-            f"node nsqjs_script.js {' '.join(self.argv)}\n"
-            f"returncode: {self.proc.returncode}\n"
-            f"last events:\n{events}\n"
-            f"stderr tail:\n{tail}"
-        )
-
-    async def _next_event(self) -> dict[str, Any] | None:
-        assert self.proc.stdout is not None
-        line = await self.proc.stdout.readline()
-        if not line:
-            return None
-        try:
-            event = json.loads(line)
-        except ValueError:
-            event = {"event": "garbage", "line": line.decode("utf-8", "replace")}
-        self.events.append(event)
-        return event
-
-    async def wait_event(self, name: str, timeout: float = 60) -> dict[str, Any]:
-        """Read stdout until an event called ``name`` arrives."""
-
-        async def scan() -> dict[str, Any]:
-            while True:
-                event = await self._next_event()
-                if event is None:
-                    await self.proc.wait()
-                    await self._stderr_task
-                    pytest.fail(f"nsqjs exited before {name!r}\n{self.describe()}")
-                if event.get("event") == name:
-                    return event
-
-        try:
-            return await asyncio.wait_for(scan(), timeout)
-        except asyncio.TimeoutError:
-            await self.kill()
-            pytest.fail(f"no {name!r} from nsqjs within {timeout}s\n{self.describe()}")
-
-    async def finish(self, timeout: float = 60) -> int:
-        """Close stdin (releasing ``--hold-stdin``), read to EOF, wait for exit."""
-
-        async def drain() -> None:
-            if self.proc.stdin is not None and not self.proc.stdin.is_closing():
-                self.proc.stdin.close()
-            while await self._next_event() is not None:
-                pass
-            await self.proc.wait()
-            await self._stderr_task
-
-        try:
-            await asyncio.wait_for(drain(), timeout)
-        except asyncio.TimeoutError:
-            await self.kill()
-            pytest.fail(f"nsqjs did not exit within {timeout}s\n{self.describe()}")
-        return self.proc.returncode
-
-    async def kill(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.kill()
-            await self.proc.wait()
-        try:
-            await asyncio.wait_for(self._stderr_task, 5)
-        except (asyncio.TimeoutError, Exception):
-            pass
-
-    def of(self, name: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e.get("event") == name]
+    client = "nsqjs"
+    script = "node nsqjs_script.js"
+    finish_timeout = 60
+    release = None  # closing stdin releases --hold-stdin
 
 
 @pytest.fixture
-async def nsqjs(nsqjs_node_modules, server, tmp_path_factory):
-    """``await nsqjs(mode, *args)`` starts ``nsqjs_script.js`` against ``server``.
+async def nsqjs(nsqjs_node_modules, nsqd, tmp_path_factory):
+    """``await nsqjs(mode, *args)`` starts ``nsqjs_script.js`` against ``nsqd``.
 
     ``--host``/``--port`` point at the server; processes still running at
     teardown are killed.
     """
-    started: list[NodeProcess] = []
     env = dict(os.environ, NODE_PATH=str(nsqjs_node_modules))
     env.pop("NODE_OPTIONS", None)
     env.pop("DEBUG", None)  # nsqjs logs through `debug`; set NSQJS_DEBUG to enable
     if os.environ.get("NSQJS_DEBUG"):
         env["DEBUG"] = os.environ["NSQJS_DEBUG"]
 
-    async def start(mode: str, *args: str) -> NodeProcess:
-        argv = [mode, "--host", "127.0.0.1", "--port", str(server.tcp_port), *args]
-        proc = await asyncio.create_subprocess_exec(
-            "node", str(SCRIPT), *argv,
-            cwd=str(tmp_path_factory.mktemp("nsqjs-cwd")), env=env,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        p = NodeProcess(proc, argv)
-        started.append(p)
-        return p
+    async with spawner(
+        NodeProcess, ["node", str(SCRIPT)],
+        env=env,
+        make_cwd=lambda: tmp_path_factory.mktemp("nsqjs-cwd"),
+    ) as spawn:
 
-    yield start
-    for p in started:
-        await p.kill()
+        async def start(mode: str, *args: str) -> NodeProcess:
+            return await spawn([mode, "--host", "127.0.0.1", "--port", str(nsqd.tcp_port), *args])
 
-
-@pytest.fixture
-async def http_session():
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
-        yield s
-
-
-@pytest.fixture
-def get_json(http_session, server) -> Callable:
-    async def get(path: str, **params: str) -> Any:
-        url = f"http://127.0.0.1:{server.http_port}{path}"
-        async with http_session.get(url, params=params) as resp:
-            text = await resp.text()
-            assert resp.status == 200, f"GET {path} {params}: {resp.status} {text}"
-            return json.loads(text)
-
-    return get
-
-
-@pytest.fixture
-def post(http_session, server) -> Callable:
-    async def do_post(path: str, body: bytes = b"", **params: str) -> str:
-        url = f"http://127.0.0.1:{server.http_port}{path}"
-        async with http_session.post(url, params=params, data=body) as resp:
-            text = await resp.text()
-            assert resp.status == 200, f"POST {path} {params}: {resp.status} {text}"
-            return text
-
-    return do_post
-
-
-async def wait_stats(get_json, topic: str, channel: str, check, timeout: float = 10.0):
-    """Poll ``/stats`` until ``check(topic_stats, channel_stats)`` holds.
-
-    Returns the last (stats, topic, channel); callers assert on them, so a
-    timeout shows the actual values.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = await get_json("/stats", format="json", topic=topic, channel=channel)
-        t = (stats["topics"] or [{}])[0]
-        c = (t.get("channels") or [{}])[0]
-        if (t and c and check(t, c)) or time.monotonic() > deadline:
-            return stats, t, c
-        await asyncio.sleep(0.05)
+        yield start
 
 
 def bodies(n: int = N) -> list[str]:
@@ -304,12 +153,12 @@ def check_identify(ready: dict[str, Any]) -> None:
 
 # --------------------------------------------------------------------- tests
 
-async def test_writer_pub_mpub_dpub(server, nsqjs, get_json, post):
+async def test_writer_pub_mpub_dpub(nsqd, nsqjs, http_get_json, http_post):
     """Writer: 50 PUBs + 5 MPUBs of 10 + 1 DPUB, all pipelined; every callback OK."""
     topic, channel = "nsqjs_writer", "c"
     # a channel up front, so the deferred message is visible as deferred
-    await post("/topic/create", topic=topic)
-    await post("/channel/create", topic=topic, channel=channel)
+    await http_post("/topic/create", topic=topic)
+    await http_post("/channel/create", topic=topic, channel=channel)
 
     w = await nsqjs("writer", "--topic", topic, "--count", str(N),
                     "--mpub-batch", "10", "--defer-ms", "60000", "--hold-stdin")
@@ -319,7 +168,7 @@ async def test_writer_pub_mpub_dpub(server, nsqjs, get_json, post):
     check_identify(w.of("ready")[0])
 
     # while connected the writer is listed as a producer with nsqjs's user agent
-    stats = await get_json("/stats", format="json", topic=topic)
+    stats = await http_get_json("/stats", format="json", topic=topic)
     [prod] = stats["producers"] or [None]
     assert prod is not None, stats
     assert prod["user_agent"] == USER_AGENT
@@ -331,7 +180,7 @@ async def test_writer_pub_mpub_dpub(server, nsqjs, get_json, post):
     assert w.events[-1] == {"event": "closed"}, w.describe()
 
     stats, t, c = await wait_stats(
-        get_json, topic, channel,
+        http_get_json, topic, channel,
         lambda t, c: c["depth"] == N and c["deferred_count"] == 1)
     assert t["topic_name"] == topic
     assert t["message_count"] == N + 1
@@ -343,15 +192,15 @@ async def test_writer_pub_mpub_dpub(server, nsqjs, get_json, post):
     assert c["deferred_count"] == 1
     assert c["in_flight_count"] == 0
     # the producer is gone once nsqjs has closed
-    stats = await get_json("/stats", format="json")
+    stats = await http_get_json("/stats", format="json")
     assert stats["producers"] is None
 
 
-async def test_reader_receives_http_mpub(server, nsqjs, get_json, post):
+async def test_reader_receives_http_mpub(nsqd, nsqjs, http_get_json, http_post):
     """Reader: 100 messages from our HTTP /mpub, each delivered and finished once."""
     topic, channel = "nsqjs_reader", "ch"
     expected = bodies()
-    assert await post("/mpub", "\n".join(expected).encode(), topic=topic) == "OK"
+    assert await http_post("/mpub", "\n".join(expected).encode(), topic=topic) == "OK"
 
     r = await nsqjs("reader", "--topic", topic, "--channel", channel,
                     "--count", str(N), "--max-in-flight", "10", "--hold-stdin")
@@ -361,7 +210,7 @@ async def test_reader_receives_http_mpub(server, nsqjs, get_json, post):
 
     # while connected: one client, nsqjs's user agent, every FIN counted
     stats, t, c = await wait_stats(
-        get_json, topic, channel,
+        http_get_json, topic, channel,
         lambda t, c: c["clients"] and c["clients"][0]["finish_count"] == N)
     [client] = c["clients"]
     assert client["user_agent"] == USER_AGENT
@@ -386,7 +235,7 @@ async def test_reader_receives_http_mpub(server, nsqjs, get_json, post):
     assert all(len(m["id"]) == 16 for m in msgs)
     assert r.of("requeue") == []
 
-    stats, t, c = await wait_stats(get_json, topic, channel,
+    stats, t, c = await wait_stats(http_get_json, topic, channel,
                                    lambda t, c: c["client_count"] == 0)
     assert t["message_count"] == N
     assert c["message_count"] == N
@@ -397,11 +246,11 @@ async def test_reader_receives_http_mpub(server, nsqjs, get_json, post):
     assert c["client_count"] == 0
 
 
-async def test_reader_requeue_then_finish(server, nsqjs, get_json, post):
+async def test_reader_requeue_then_finish(nsqd, nsqjs, http_get_json, http_post):
     """REQ with delay 0 on attempt 1, FIN on attempt 2: attempts reach 2."""
     topic, channel = "nsqjs_requeue", "ch"
     expected = bodies()
-    assert await post("/mpub", "\n".join(expected).encode(), topic=topic) == "OK"
+    assert await http_post("/mpub", "\n".join(expected).encode(), topic=topic) == "OK"
 
     r = await nsqjs("reader", "--topic", topic, "--channel", channel,
                     "--count", str(N), "--max-in-flight", "5", "--requeue")
@@ -418,7 +267,7 @@ async def test_reader_requeue_then_finish(server, nsqjs, get_json, post):
     assert {m["body"]: m["id"] for m in requeued} == {m["body"]: m["id"] for m in finished}
 
     stats, t, c = await wait_stats(
-        get_json, topic, channel,
+        http_get_json, topic, channel,
         lambda t, c: c["client_count"] == 0 and c["in_flight_count"] == 0)
     assert t["message_count"] == N
     assert c["message_count"] == N

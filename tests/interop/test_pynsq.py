@@ -7,13 +7,12 @@ our ``/stats?format=json`` and compared with what Go nsqd v1.2.1 reports.
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import time
 
 import pytest
 
 from . import pynsq_env
+from .helpers import wait_stats
 
 pytestmark = [
     pytest.mark.slow,
@@ -22,22 +21,6 @@ pytestmark = [
 ]
 
 N = 100
-
-
-async def wait_stats(get_json, topic: str, channel: str, check, timeout: float = 10.0):
-    """Poll ``/stats`` for ``topic``/``channel`` until ``check(topic, channel)`` holds.
-
-    Returns the last (topic, channel) stats; the caller asserts on them, so a
-    timeout shows the actual values.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = await get_json("/stats", format="json", topic=topic, channel=channel)
-        t = (stats["topics"] or [{}])[0]
-        c = (t.get("channels") or [{}])[0]
-        if (t and c and check(t, c)) or time.monotonic() > deadline:
-            return stats, t, c
-        await asyncio.sleep(0.05)
 
 
 async def test_pynsq_version_and_identify(nsqd, pynsq, http_get_json):

@@ -7,6 +7,8 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 
@@ -15,6 +17,8 @@ from nsq.server.nsqd.nsqd import NSQD
 from nsq.server.nsqd.options import NSQDOptions
 
 from .helpers import Conn, wait_for
+
+T = TypeVar("T")
 
 
 def opts(path, **kw) -> NSQDOptions:
@@ -177,6 +181,35 @@ def _spawn(data, *extra) -> tuple[subprocess.Popen, str, str]:
     return proc, tcp, http
 
 
+def _port(tcp: str) -> int:
+    return int(tcp.rsplit(":", 1)[1])
+
+
+async def _retry(connect: Callable[[], Awaitable[T]]) -> T | None:
+    """``await connect()`` until it stops raising OSError (a spawned nsqd may still
+    be starting): up to 200 tries 50 ms apart; None if none succeeds."""
+    for _ in range(200):
+        try:
+            return await connect()
+        except OSError:
+            await asyncio.sleep(0.05)
+    return None
+
+
+async def _connect_producer(tcp: str) -> Producer:
+    """A Producer for ``tcp``, connected if the nsqd came up in time."""
+    p = Producer(tcp)
+    await _retry(p.connect)
+    return p
+
+
+async def _open_conn(tcp: str) -> Conn:
+    """A raw connection to ``tcp``, retried while the nsqd starts."""
+    conn = await _retry(lambda: Conn.open(_port(tcp)))
+    assert conn is not None, f"cannot connect to nsqd at {tcp}"
+    return conn
+
+
 @pytest.mark.slow
 def test_kill9_loses_no_acknowledged_message(tmp_path):
     """Three kill -9 trials with --mem-queue-size=0 --sync-every=1: every OK'd PUB survives."""
@@ -212,13 +245,7 @@ def test_kill9_loses_no_acknowledged_message(tmp_path):
 async def _publish_until_killed(tcp: str, proc: subprocess.Popen, trial: int) -> int:
     from nsq.client.errors import ConnectionClosedError
 
-    p = Producer(tcp)
-    for _ in range(200):
-        try:
-            await p.connect()
-            break
-        except OSError:
-            await asyncio.sleep(0.05)
+    p = await _connect_producer(tcp)
     acked = 0
     loop = asyncio.get_running_loop()
     loop.call_later(0.5 + 0.2 * trial, proc.kill)
@@ -308,15 +335,9 @@ def test_deferred_survives_kill9(tmp_path):
     proc, tcp, _ = _spawn(tmp_path, "--sync-every=1")
     try:
         async def publish() -> float:
-            p = Producer(tcp)
-            for _ in range(200):
-                try:
-                    await p.connect()
-                    break
-                except OSError:
-                    await asyncio.sleep(0.05)
+            p = await _connect_producer(tcp)
             await p.publish("dt", b"warmup")
-            conn = await Conn.open(int(tcp.rsplit(":", 1)[1]))
+            conn = await Conn.open(_port(tcp))
             await conn.subscribe("dt", "c", rdy=0)  # create the channel
             await conn.aclose()
             await p.deferred_publish("dt", b"later", 2500)
@@ -330,12 +351,7 @@ def test_deferred_survives_kill9(tmp_path):
     proc, tcp, _ = _spawn(tmp_path)
     try:
         async def receive() -> tuple[bytes, float]:
-            for _ in range(200):
-                try:
-                    conn = await Conn.open(int(tcp.rsplit(":", 1)[1]))
-                    break
-                except OSError:
-                    await asyncio.sleep(0.05)
+            conn = await _open_conn(tcp)
             await conn.subscribe("dt", "c", rdy=10)
             bodies = []
             while True:
