@@ -108,6 +108,7 @@ class ClientV2(asyncio.Protocol):
         self.pub_counts: dict[str, int] = {}
         self.last_recv = 0.0
         self._freed = False
+        self._waiting: asyncio.Future | None = None
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._handlers = {
@@ -149,9 +150,15 @@ class ClientV2(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = self._loop.time()
+        self.parser.feed(data)
+        if self._waiting is None:
+            self._process()
+
+    def _process(self) -> None:
+        """Execute every complete command buffered, in order."""
         parser = self.parser
-        parser.feed(data)
         handlers = self._handlers
+        nsqd = self.nsqd
         while not self.closed:
             try:
                 cmd = parser.next_command()
@@ -167,6 +174,14 @@ class ClientV2(asyncio.Protocol):
                 log.exception("[%s] internal error handling a command, closing", self.remote_address)
                 self.close()
                 return
+            if nsqd._strict:
+                # --sync-every=1: what this command wrote must be fsynced (in
+                # the disk thread) before its answer goes out and before the
+                # next command runs; other clients go on meanwhile
+                barrier = nsqd.durability_barrier()
+                if barrier is not None:
+                    self._wait_for(barrier)
+                    break
         if self._freed:
             # FIN/REQ freed RDY slots: refill them in one batch per read,
             # not one pump per FIN
@@ -174,6 +189,28 @@ class ClientV2(asyncio.Protocol):
             if self.channel is not None and self.in_flight_count < self.ready_count:
                 self.channel.client_ready(self)
         self._mark_dirty()
+
+    def _wait_for(self, barrier: asyncio.Future) -> None:
+        self._waiting = barrier
+        if self.transport is not None:
+            self.transport.pause_reading()
+        barrier.add_done_callback(self._barrier_done)
+
+    def _barrier_done(self, barrier: asyncio.Future) -> None:
+        self._waiting = None
+        if self.closed:
+            return
+        exc = barrier.exception() if not barrier.cancelled() else None
+        if exc is not None:
+            # the write is not known to be on disk: do not answer OK
+            self.nsqd.set_health(f"failed to sync - {exc}")
+            self.out = bytearray()
+            self._client_error(ClientError(E_PUB_FAILED, "PUB failed sync to disk failed"))
+            return
+        if self.transport is not None:
+            self.transport.resume_reading()
+        self._mark_dirty()
+        self._process()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -192,8 +229,13 @@ class ClientV2(asyncio.Protocol):
             self.nsqd.schedule_flush(self)
 
     def flush(self) -> None:
-        """Write the output buffer to the socket (called by the daemon)."""
+        """Write the output buffer to the socket (called by the daemon).
+
+        Held back while a --sync-every=1 fsync this client waits for runs.
+        """
         self.dirty = False
+        if self._waiting is not None:
+            return
         if self.out and not self.closed and self.transport is not None:
             self.transport.write(self.out)
             self.out = bytearray()
@@ -225,6 +267,8 @@ class ClientV2(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        if self._waiting is not None:
+            self.out = bytearray()  # never answer OK for a write not yet fsynced
         if self.transport is not None:
             if self.out:
                 self.transport.write(self.out)

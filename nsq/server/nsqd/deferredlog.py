@@ -63,6 +63,9 @@ class DeferredLog:
         self.path = os.path.join(data_path, f"{name}.deferred.dat")
         self.sync_every = max(1, sync_every)
         self.background: Callable[[Callable[[], None]], object] | None = None
+        #: with ``sync_every == 1``: called after each append instead of an
+        #: inline fsync (see DiskQueue.strict_hook)
+        self.strict_hook: Callable[[DeferredLog], None] | None = None
         self.pending: dict[bytes, tuple[int, DecodedMessage]] = {}
         self._dead = 0
         self._writes_since_sync = 0
@@ -111,13 +114,17 @@ class DeferredLog:
         self._dirty = False
         self._writes_since_sync = 0
 
-    def sync_in_background(self) -> None:
-        """fsync a dup of the file in the disk thread (inline without one)."""
+    def sync_in_background(self):
+        """fsync a dup of the file in the disk thread (inline without one).
+
+        Returns:
+            The disk thread's future, or None (nothing to do / done inline).
+        """
         if self._fd is None or not self._dirty:
-            return
+            return None
         if self.background is None:
             self.sync()
-            return
+            return None
         fd = os.dup(self._fd)
         self._dirty = False
         self._writes_since_sync = 0
@@ -128,10 +135,11 @@ class DeferredLog:
             except OSError as exc:
                 self._dirty = True
                 log.error("DEFERRED(%s): failed to sync - %s", self.name, exc)
+                raise
             finally:
                 os.close(fd)
 
-        self.background(work)
+        return self.background(work)
 
     def close(self) -> None:
         """Sync and close; pending messages stay in the file for the next start."""
@@ -164,10 +172,12 @@ class DeferredLog:
         self._dirty = True
         self._writes_since_sync += 1
         if self._writes_since_sync >= self.sync_every:
-            if self.sync_every == 1:
-                self.sync()
-            else:
+            if self.sync_every > 1:
                 self.sync_in_background()
+            elif self.strict_hook is not None:
+                self.strict_hook(self)  # the owner syncs before answering
+            else:
+                self.sync()
 
     def _load(self) -> None:
         try:

@@ -115,6 +115,9 @@ class DiskQueue(BackendQueue):
         #: runs a callable in the owner's disk thread (``executor.submit``);
         #: None syncs inline. See :meth:`sync_in_background`.
         self.background: Callable[[Callable[[], None]], object] | None = None
+        #: with ``sync_every == 1``: called with this queue after each write
+        #: instead of an inline sync; the owner must sync before answering OK
+        self.strict_hook: Callable[[DiskQueue], None] | None = None
         self._bg_failed = False
         self._meta_lock = threading.Lock()
         self._meta_gen = 0  # snapshots taken
@@ -187,6 +190,10 @@ class DiskQueue(BackendQueue):
             try:
                 if self.sync_every > 1:
                     self.sync_in_background()
+                elif self.strict_hook is not None:
+                    # --sync-every=1 with an owner: it syncs in the disk thread
+                    # and holds the publisher's OK until that sync is done
+                    self.strict_hook(self)
                 else:
                     self.sync()  # --sync-every=1: durable before the caller answers OK
             except OSError as e:  # the record is written; the next sync retries
@@ -280,26 +287,31 @@ class DiskQueue(BackendQueue):
         self._bg_failed = False
         self._writes_since_sync = 0
 
-    def sync_in_background(self) -> None:
+    def sync_in_background(self):
         """Sync in the owner's disk thread (:attr:`background`) so the caller
         does not wait for fsync; inline when no thread is set.
 
         The meta file written is a snapshot taken now; a later snapshot is
         never overwritten by an earlier one (generation check under a lock).
-        A failure is logged and makes :attr:`needs_sync` true again.
+        A failure is logged, makes :attr:`needs_sync` true again and fails
+        the returned future.
+
+        Returns:
+            What ``background`` returned (a ``concurrent.futures.Future``
+            for an executor), or None when synced inline / closed.
         """
         if self._closed:
-            return
+            return None
         if self.background is None:
             self.sync()
-            return
+            return None
         fd = os.dup(self._wfd) if self._wfd is not None else None
         text = self._meta_text()
         self._meta_gen += 1
         gen = self._meta_gen
         self._dirty = False
         self._writes_since_sync = 0
-        self.background(lambda: self._sync_worker(fd, text, gen))
+        return self.background(lambda: self._sync_worker(fd, text, gen))
 
     def _sync_worker(self, fd: int | None, text: bytes, gen: int) -> None:
         """Runs in the disk thread: fsync a dup of the write fd, then the meta."""
@@ -313,6 +325,7 @@ class DiskQueue(BackendQueue):
         except OSError as e:
             self._bg_failed = True
             logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+            raise
         finally:
             if fd is not None:
                 os.close(fd)

@@ -207,7 +207,17 @@ class NSQDHTTPServer:
             topic.publish([body], defer_ms)
         except TopicFull:
             raise HTTPError(503, "EXITING" if self.nsqd.exiting or topic.deleted else "PUB_FAILED") from None
+        await self._durable()
         return _text("OK")
+
+    async def _durable(self) -> None:
+        """With --sync-every=1, answer only once the write is fsynced."""
+        barrier = self.nsqd.durability_barrier()
+        if barrier is not None:
+            try:
+                await barrier
+            except OSError:
+                raise HTTPError(500, "INTERNAL_ERROR") from None
 
     async def mpub(self, request: web.Request) -> web.Response:
         opts = self.nsqd.options
@@ -233,6 +243,7 @@ class NSQDHTTPServer:
                 topic.publish(bodies)
             except TopicFull:
                 raise HTTPError(503, "EXITING" if self.nsqd.exiting or topic.deleted else "MPUB_FAILED") from None
+            await self._durable()
         return _text("OK")
 
     async def stats(self, request: web.Request) -> web.Response:

@@ -95,6 +95,7 @@ class NSQD:
         self._loading = False
         self._dir_lock: int | None = None
         self._disk_thread = None
+        self._strict: set = set()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -249,6 +250,7 @@ class NSQD:
         )
         if self._disk_thread is not None:
             dq.background = self._disk_thread.submit
+            dq.strict_hook = self._strict_write
         self._disk_queues.add(dq)
         return dq
 
@@ -262,8 +264,43 @@ class NSQD:
         dlog = DeferredLog(name, self.data_path, self.options.sync_every)
         if self._disk_thread is not None:
             dlog.background = self._disk_thread.submit
+            dlog.strict_hook = self._strict_write
         self._disk_queues.add(dlog)
         return dlog
+
+    # -- --sync-every=1: durable before OK, fsync off the event loop -------------
+
+    def _strict_write(self, queue) -> None:
+        """A queue wrote under --sync-every=1 and must be synced before OK."""
+        if not self._strict:
+            assert self._loop is not None
+            self._loop.call_soon(self._sync_strict_leftovers)
+        self._strict.add(queue)
+
+    def durability_barrier(self) -> asyncio.Future | None:
+        """Start the syncs owed since the last call; None if none are owed.
+
+        The caller (a PUB's connection, an HTTP /pub) answers only when the
+        returned future is done; other clients go on meanwhile. The future
+        fails with OSError if a sync failed.
+        """
+        if not self._strict:
+            return None
+        futures = []
+        for queue in self._strict:
+            fut = queue.sync_in_background()
+            if fut is not None:
+                futures.append(asyncio.wrap_future(fut))
+        self._strict.clear()
+        if not futures:
+            return None
+        return asyncio.gather(*futures)
+
+    def _sync_strict_leftovers(self) -> None:
+        """Writes no publisher waits for (timeouts, requeues): sync them too."""
+        barrier = self.durability_barrier()
+        if barrier is not None:
+            barrier.add_done_callback(_log_sync_failure)
 
     def forget_backend(self, backend) -> None:
         """Stop syncing a backend that was closed or deleted."""
@@ -402,6 +439,11 @@ class NSQD:
     def hostname() -> str:
         """The OS hostname (``/info`` ``hostname``)."""
         return socket.gethostname()
+
+
+def _log_sync_failure(fut: asyncio.Future) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("failed to sync - %s", fut.exception())
 
 
 def _fmt_addr(host: str, port: int) -> str:
