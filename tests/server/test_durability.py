@@ -368,3 +368,27 @@ def test_deferred_survives_kill9(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(10)
+
+
+async def test_sync_every_1_ok_means_on_disk(tmp_path):
+    """With --sync-every=1 the meta file already counts a message when PUB/HTTP answer OK."""
+    import aiohttp
+
+    d = await start(tmp_path, mem_queue_size=0, sync_every=1)
+    try:
+        meta = tmp_path / "s.diskqueue.meta.dat"
+        async with Producer(d.tcp_address) as p:
+            for i in range(1, 4):
+                await p.publish("s", b"x%d" % i)
+                assert meta.read_bytes().split(b"\n")[0] == b"%d" % i
+            await p.multi_publish("s", [b"a", b"b"])
+            assert meta.read_bytes().split(b"\n")[0] == b"5"
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"http://{d.http_address}/pub?topic=s", data=b"h") as r:
+                assert r.status == 200
+            assert meta.read_bytes().split(b"\n")[0] == b"6"
+            async with http.post(f"http://{d.http_address}/mpub?topic=s", data=b"h1\nh2") as r:
+                assert r.status == 200
+            assert meta.read_bytes().split(b"\n")[0] == b"8"
+    finally:
+        await d.stop()
