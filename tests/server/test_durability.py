@@ -392,3 +392,23 @@ async def test_sync_every_1_ok_means_on_disk(tmp_path):
             assert meta.read_bytes().split(b"\n")[0] == b"8"
     finally:
         await d.stop()
+
+
+async def test_corrupt_file_becomes_bad_and_daemon_serves(tmp_path, caplog):
+    good = _go_record(1, 0, b"%016x" % 1, b"good")
+    torn = _go_record(1, 0, b"%016x" % 2, b"torn-record")[:-5]
+    (tmp_path / "nsqd.dat").write_bytes(
+        b'{"topics":[{"channels":[{"name":"c","paused":false}],"name":"t","paused":false}],"version":"1.2.1"}')
+    (tmp_path / "t:c.diskqueue.000000.dat").write_bytes(good + torn)
+    (tmp_path / "t:c.diskqueue.meta.dat").write_bytes(b"2\n0,0\n0,%d\n" % len(good + torn))
+    d = await start(tmp_path)
+    try:
+        got = await consume(d, "t", "c", 1)
+        assert got == [(b"good", 1)]
+        assert any(f.endswith(".bad") for f in os.listdir(tmp_path))
+        assert any(".bad" in r.getMessage() or "corrupt" in r.getMessage().lower() for r in caplog.records)
+        async with Producer(d.tcp_address) as p:
+            await p.publish("t", b"after")
+        assert await consume(d, "t", "c", 1) == [(b"after", 1)]
+    finally:
+        await d.stop()
