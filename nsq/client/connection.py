@@ -168,6 +168,7 @@ class Connection:
             self._transport.close()
 
     async def wait_closed(self) -> None:
+        """Wait until the socket is closed."""
         await self._closed_event.wait()
 
     @property

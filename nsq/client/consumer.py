@@ -189,6 +189,7 @@ class Consumer:
         self._closed.set()
 
     async def wait_closed(self) -> None:
+        """Wait until :meth:`close` has finished."""
         await self._closed.wait()
 
     # -- messages ----------------------------------------------------------------

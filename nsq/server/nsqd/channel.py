@@ -337,6 +337,7 @@ class Channel:
 
     @property
     def has_timers(self) -> bool:
+        """True if in-flight or deferred messages wait on a deadline."""
         return bool(self._in_flight_pq or self._deferred_pq)
 
     # -- clients -------------------------------------------------------------
@@ -360,10 +361,12 @@ class Channel:
     # -- admin ---------------------------------------------------------------
 
     def pause(self) -> None:
+        """Stop delivering to clients (messages keep queueing); persisted."""
         self.paused = True
         self.nsqd.persist_metadata()
 
     def unpause(self) -> None:
+        """Resume delivery; persisted."""
         self.paused = False
         self.nsqd.persist_metadata()
         self.pump()

@@ -105,6 +105,7 @@ class DeferredLog:
 
     @property
     def needs_sync(self) -> bool:
+        """True if appended to since the last fsync."""
         return self._dirty
 
     def sync(self) -> None:

@@ -139,6 +139,7 @@ class DiskQueue(BackendQueue):
 
     @property
     def depth(self) -> int:
+        """Records stored and not yet read."""
         return self._depth
 
     @property

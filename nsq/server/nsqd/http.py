@@ -130,6 +130,7 @@ class NSQDHTTPServer:
         return bound[0], bound[1]
 
     async def stop(self) -> None:
+        """Close the listener and every HTTP connection."""
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -171,12 +172,14 @@ class NSQDHTTPServer:
     # -- handlers ----------------------------------------------------------------
 
     async def ping(self, request: web.Request) -> web.Response:
+        """GET /ping: ``OK``, or 500 ``NOK - <reason>`` when unhealthy."""
         health = self.nsqd.health
         if health != "OK":
             return _text(f"NOK - {health}", 500)
         return _text("OK")
 
     async def info(self, request: web.Request) -> web.Response:
+        """GET /info: ``{version, broadcast_address, hostname, http_port, tcp_port, start_time}``."""
         return _json({
             "version": NSQ_VERSION,
             "broadcast_address": self.nsqd.options.broadcast_address,
@@ -187,6 +190,7 @@ class NSQDHTTPServer:
         })
 
     async def pub(self, request: web.Request) -> web.Response:
+        """POST /pub?topic=&defer=ms: body is one message; ``OK``."""
         max_msg = self.nsqd.options.max_msg_size
         body = await _read_limited(request, max_msg)
         if body is None:
@@ -220,6 +224,7 @@ class NSQDHTTPServer:
                 raise HTTPError(500, "INTERNAL_ERROR") from None
 
     async def mpub(self, request: web.Request) -> web.Response:
+        """POST /mpub?topic=&binary=: newline-separated bodies, or ``[count]([size][body])*``; ``OK``."""
         opts = self.nsqd.options
         if request.content_length is not None and request.content_length > opts.max_body_size:
             raise HTTPError(413, "BODY_TOO_BIG")
@@ -247,6 +252,7 @@ class NSQDHTTPServer:
         return _text("OK")
 
     async def stats(self, request: web.Request) -> web.Response:
+        """GET /stats?format=json&topic=&channel=&include_clients=&include_mem=: text or JSON."""
         q = request.query
         include_clients = _BOOL.get(q.get("include_clients", ""), True)
         include_mem = _BOOL.get(q.get("include_mem", ""), True)
@@ -256,16 +262,19 @@ class NSQDHTTPServer:
         return _text(render_text(self.nsqd, stats))
 
     async def topic_create(self, request: web.Request) -> web.Response:
+        """POST /topic/create?topic=: 200, empty body."""
         self._topic_from_query(request)
         return _text("")
 
     async def topic_delete(self, request: web.Request) -> web.Response:
+        """POST /topic/delete?topic=: 200, or 404 TOPIC_NOT_FOUND."""
         name = self._topic_arg(request)
         if not self.nsqd.delete_topic(name):
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         return _text("")
 
     async def topic_empty(self, request: web.Request) -> web.Response:
+        """POST /topic/empty?topic=: drop the topic's held messages (memory and disk)."""
         name = self._topic_arg(request)
         if not is_valid_topic_name(name):
             raise HTTPError(400, "INVALID_TOPIC")
@@ -276,6 +285,7 @@ class NSQDHTTPServer:
         return _text("")
 
     async def topic_pause(self, request: web.Request) -> web.Response:
+        """POST /topic/pause and /topic/unpause?topic=."""
         name = self._topic_arg(request)
         topic = self.nsqd.get_existing_topic(name)
         if topic is None:
@@ -287,17 +297,20 @@ class NSQDHTTPServer:
         return _text("")
 
     async def channel_create(self, request: web.Request) -> web.Response:
+        """POST /channel/create?topic=&channel= (the topic must exist)."""
         topic, channel = self._existing_topic_channel(request)
         topic.get_channel(channel)
         return _text("")
 
     async def channel_delete(self, request: web.Request) -> web.Response:
+        """POST /channel/delete?topic=&channel=: closes its clients, removes its files."""
         topic, channel = self._existing_topic_channel(request)
         if not topic.delete_channel(channel):
             raise HTTPError(404, "CHANNEL_NOT_FOUND")
         return _text("")
 
     async def channel_empty(self, request: web.Request) -> web.Response:
+        """POST /channel/empty?topic=&channel=: drop queued, in-flight and deferred messages."""
         topic, name = self._existing_topic_channel(request)
         channel = topic.channels.get(name)
         if channel is None:
@@ -306,6 +319,7 @@ class NSQDHTTPServer:
         return _text("")
 
     async def channel_pause(self, request: web.Request) -> web.Response:
+        """POST /channel/pause and /channel/unpause?topic=&channel=."""
         topic, name = self._existing_topic_channel(request)
         channel = topic.channels.get(name)
         if channel is None:
@@ -317,6 +331,7 @@ class NSQDHTTPServer:
         return _text("")
 
     async def config(self, request: web.Request) -> web.Response:
+        """GET/PUT /config/<option>: read an option as JSON; PUT nsqlookupd_tcp_addresses or log_level."""
         opt = request.match_info["opt"]
         opts = self.nsqd.options
         if request.method == "PUT":

@@ -362,9 +362,11 @@ class NSQD:
     # -- clients -----------------------------------------------------------------
 
     def add_client(self, client: ClientV2) -> None:
+        """Track a connected V2 client (for /stats producers and shutdown)."""
         self.clients[client.id] = client
 
     def remove_client(self, client: ClientV2) -> None:
+        """Forget a disconnected client."""
         self.clients.pop(client.id, None)
 
     def schedule_flush(self, client: ClientV2) -> None:

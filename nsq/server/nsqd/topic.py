@@ -189,10 +189,12 @@ class Topic:
     # -- admin -------------------------------------------------------------------
 
     def pause(self) -> None:
+        """Hold new messages in the topic instead of its channels; persisted."""
         self.paused = True
         self.nsqd.persist_metadata()
 
     def unpause(self) -> None:
+        """Resume the flow to channels, held messages first; persisted."""
         self.paused = False
         self.nsqd.persist_metadata()
         self.flush_held()
