@@ -174,7 +174,7 @@ class ClientV2(asyncio.Protocol):
                 log.exception("[%s] internal error handling a command, closing", self.remote_address)
                 self.close()
                 return
-            if nsqd._strict:
+            if nsqd.sync_owed:
                 # --sync-every=1: what this command wrote must be fsynced (in
                 # the disk thread) before its answer goes out and before the
                 # next command runs; other clients go on meanwhile

@@ -277,6 +277,11 @@ class NSQD:
             self._loop.call_soon(self._sync_strict_leftovers)
         self._strict.add(queue)
 
+    @property
+    def sync_owed(self) -> bool:
+        """True if a --sync-every=1 write awaits its fsync (checked per command)."""
+        return bool(self._strict)
+
     def durability_barrier(self) -> asyncio.Future | None:
         """Start the syncs owed since the last call; None if none are owed.
 
