@@ -16,7 +16,7 @@ import click
 
 from nsq.server.durations import format_duration, parse_duration
 
-__all__ = ["GoCommand", "GoBool", "GoDuration", "run_async", "fail"]
+__all__ = ["GoBool", "GoCommand", "GoDuration", "fail", "flag_values", "run_async", "spec_options"]
 
 
 class GoCommand(click.Command):
@@ -89,3 +89,65 @@ def fail(message: str, code: int = 1) -> None:
     """Print one error line to stderr and exit non-zero (no traceback)."""
     click.echo(f"Error: {message}", err=True)
     sys.exit(code)
+
+
+def _param_name(flag: str) -> str:
+    return "opt_" + flag.replace("-", "_")
+
+
+def spec_options(specs, defaults: Any, shown: dict[str, str] | None = None):
+    """A decorator adding one click option per :class:`~nsq.server.options.OptionSpec`.
+
+    Args:
+        specs: the daemon's flag table.
+        defaults: an options dataclass instance whose fields give the
+            defaults shown in ``--help``.
+        shown: default texts to show instead (``{"node_id": "hash of hostname"}``).
+
+    Every option defaults to None, so :func:`flag_values` can tell flags
+    given on the command line from defaults (Go's flags > config > defaults).
+    """
+    shown = shown or {}
+
+    def decorate(func: Any) -> Any:
+        for spec in reversed(specs):
+            names = (f"--{spec.flag}", _param_name(spec.flag))
+            if spec.cfg in shown:
+                text = shown[spec.cfg]
+            elif spec.kind in ("list", "floatlist"):
+                text = ""
+            else:
+                text = fmt_default(getattr(defaults, spec.cfg))
+            help_text = spec.help + (f" (default {text})" if text else "")
+            if spec.kind == "bool":
+                opt = click.option(*names, type=GoBool(), is_flag=False, flag_value="true", default=None,
+                                   help=help_text, metavar="BOOL")
+            elif spec.kind == "duration":
+                opt = click.option(*names, type=GoDuration(), default=None, help=help_text)
+            elif spec.kind in ("list", "floatlist"):
+                opt = click.option(*names, multiple=True, help=help_text)
+            elif spec.kind == "int":
+                opt = click.option(*names, type=int, default=None, help=help_text)
+            else:
+                opt = click.option(*names, default=None, help=help_text)
+            func = opt(func)
+        return func
+
+    return decorate
+
+
+def flag_values(specs, flags: dict[str, Any]) -> dict[str, Any]:
+    """``{config key: value}`` for the flags given on the command line.
+
+    Raises:
+        nsq.server.options.ConfigError: a value that does not fit its option.
+    """
+    from nsq.server.options import coerce
+
+    values: dict[str, Any] = {}
+    for spec in specs:
+        value = flags.get(_param_name(spec.flag))
+        if value is None or (spec.kind in ("list", "floatlist") and not value):
+            continue
+        values[spec.cfg] = coerce(spec, list(value) if isinstance(value, tuple) else value)
+    return values

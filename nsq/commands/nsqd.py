@@ -11,44 +11,12 @@ from typing import Any
 import click
 
 from nsq import NSQ_VERSION, __version__
-from nsq.commands._go import GoBool, GoCommand, GoDuration, fail, fmt_default, run_async
+from nsq.commands._go import GoBool, GoCommand, fail, flag_values, run_async, spec_options
 from nsq.server.nsqd.options import OPTION_SPECS, ConfigError, NSQDOptions, load_config
 
 __all__ = ["nsqd"]
 
 _DEFAULTS = NSQDOptions(node_id=0, broadcast_address="<hostname>")
-
-
-def _param_name(flag: str) -> str:
-    return "opt_" + flag.replace("-", "_")
-
-
-def _add_spec_options(func: Any) -> Any:
-    for spec in reversed(OPTION_SPECS):
-        names = (f"--{spec.flag}", _param_name(spec.flag))
-        default = getattr(_DEFAULTS, spec.cfg)
-        if spec.cfg == "node_id":
-            shown = "hash of hostname"
-        elif spec.cfg == "broadcast_address":
-            shown = "OS hostname"
-        elif spec.kind in ("list", "floatlist"):
-            shown = ""
-        else:
-            shown = fmt_default(default)
-        help_text = spec.help + (f" (default {shown})" if shown else "")
-        if spec.kind == "bool":
-            opt = click.option(*names, type=GoBool(), is_flag=False, flag_value="true", default=None,
-                               help=help_text, metavar="BOOL")
-        elif spec.kind == "duration":
-            opt = click.option(*names, type=GoDuration(), default=None, help=help_text)
-        elif spec.kind in ("list", "floatlist"):
-            opt = click.option(*names, multiple=True, help=help_text)
-        elif spec.kind == "int":
-            opt = click.option(*names, type=int, default=None, help=help_text)
-        else:
-            opt = click.option(*names, default=None, help=help_text)
-        func = opt(func)
-    return func
 
 
 def build_options(config: str | None, flags: dict[str, Any]) -> NSQDOptions:
@@ -57,16 +25,10 @@ def build_options(config: str | None, flags: dict[str, Any]) -> NSQDOptions:
     Raises:
         ConfigError: a bad config file or value.
     """
-    from nsq.server.nsqd.options import coerce
-
     values: dict[str, Any] = {}
     if config:
         values.update(load_config(config))
-    for spec in OPTION_SPECS:
-        value = flags.get(_param_name(spec.flag))
-        if value is None or (spec.kind in ("list", "floatlist") and not value):
-            continue
-        values[spec.cfg] = coerce(spec, list(value) if isinstance(value, tuple) else value)
+    values.update(flag_values(OPTION_SPECS, flags))
     opts = NSQDOptions()
     for key, value in values.items():
         setattr(opts, key, value)
@@ -86,7 +48,7 @@ def build_options(config: str | None, flags: dict[str, Any]) -> NSQDOptions:
 @click.option("--verbose", "verbose", type=GoBool(), is_flag=False, flag_value="true", default=None,
               help="[deprecated] has no effect, use --log-level", metavar="BOOL")
 @click.option("--worker-id", "worker_id", type=int, default=None, help="[deprecated] use --node-id")
-@_add_spec_options
+@spec_options(OPTION_SPECS, _DEFAULTS, {"node_id": "hash of hostname", "broadcast_address": "OS hostname"})
 def nsqd(config: str | None, show_version: bool, verbose: Any, worker_id: int | None, **flags: Any) -> None:
     """nsqd: receive, queue and deliver messages (TCP protocol V2 + HTTP API).
 

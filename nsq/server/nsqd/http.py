@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from nsq import NSQ_VERSION
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
+from nsq.server.httpapi import HTTPError, HTTPListener, json_response, read_limited, text_response
 from nsq.server.nsqd.options import SPEC_BY_CFG, describe
 from nsq.server.nsqd.stats import get_stats, render_text
 from nsq.server.nsqd.topic import TopicFull
@@ -27,65 +28,12 @@ __all__ = ["NSQDHTTPServer"]
 
 log = logging.getLogger("nsq.nsqd")
 
-_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 _BOOL = {"true": True, "1": True, "false": False, "0": False}
 _LEN = struct.Struct(">i")
 
-
-class HTTPError(Exception):
-    """An API error: ``{"message": text}`` with ``status``."""
-
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(text)
-        self.status = status
-        self.text = text
-
-
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        body=json.dumps(data, separators=(",", ":")).encode(),
-        status=status,
-        content_type="application/json",
-        charset="utf-8",
-        headers=_HEADERS,
-    )
-
-
-def _text(text: str, status: int = 200) -> web.Response:
-    return web.Response(text=text, status=status, headers=_HEADERS)
-
-
-def _error(status: int, text: str) -> web.Response:
-    return _json({"message": text}, status)
-
-
-@web.middleware
-async def _errors(request: web.Request, handler):
-    try:
-        return await handler(request)
-    except HTTPError as exc:
-        return _error(exc.status, exc.text)
-    except web.HTTPNotFound:
-        return _error(404, "NOT_FOUND")
-    except web.HTTPMethodNotAllowed:
-        return _error(405, "METHOD_NOT_ALLOWED")
-
-
-async def _read_limited(request: web.Request, limit: int) -> bytes | None:
-    """The request body, or None if it is longer than ``limit`` bytes."""
-    if request.content_length is not None and request.content_length > limit:
-        return None
-    chunks = []
-    total = 0
-    while True:
-        chunk = await request.content.read(65536)
-        if not chunk:
-            break
-        total += len(chunk)
-        if total > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+_json = json_response
+_text = text_response
+_read_limited = read_limited
 
 
 class NSQDHTTPServer:
@@ -93,10 +41,9 @@ class NSQDHTTPServer:
 
     def __init__(self, nsqd: NSQD) -> None:
         self.nsqd = nsqd
-        self._runner: web.AppRunner | None = None
-        app = web.Application(middlewares=[_errors], client_max_size=max(
+        self._listener = HTTPListener(client_max_size=max(
             nsqd.options.max_body_size, nsqd.options.max_msg_size) + 1)
-        r = app.router
+        r = self._listener.router
         r.add_get("/ping", self.ping, allow_head=False)
         r.add_get("/info", self.info, allow_head=False)
         r.add_post("/pub", self.pub)
@@ -114,25 +61,15 @@ class NSQDHTTPServer:
         r.add_post("/channel/unpause", self.channel_pause)
         r.add_get("/config/{opt}", self.config, allow_head=False)
         r.add_put("/config/{opt}", self.config)
-        self.app = app
+        self.app = self._listener.app
 
     async def start(self, address: str) -> tuple[str, int]:
         """Listen on ``host:port``; returns the bound (host, port)."""
-        from nsq.server.nsqd.nsqd import split_host_port
-
-        host, port = split_host_port(address)
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host or None, port, reuse_address=True)
-        await site.start()
-        sock = site._server.sockets[0]  # type: ignore[union-attr]
-        bound = sock.getsockname()
-        return bound[0], bound[1]
+        return await self._listener.start(address)
 
     async def stop(self) -> None:
         """Close the listener and every HTTP connection."""
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._listener.stop()
 
     # -- helpers -----------------------------------------------------------------
 

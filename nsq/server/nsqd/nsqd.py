@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
 from nsq.protocol.v2 import Limits
+from nsq.server.addresses import fmt_addr as _fmt_addr
+from nsq.server.addresses import split_host_port
 from nsq.server.nsqd.backend import BackendQueue, DiscardBackend, NoDiskBackend
 from nsq.server.nsqd.options import NSQDOptions
 from nsq.server.nsqd.topic import Topic
@@ -29,22 +31,6 @@ log = logging.getLogger("nsq.nsqd")
 
 #: seconds between scans of in-flight and deferred timeouts
 SCAN_INTERVAL = 0.1
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    """Split ``host:port`` / ``[v6]:port`` / ``:port``.
-
-    Raises:
-        ValueError: no port, or a port that is not a number in 0..65535.
-    """
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"address {address!r} has no port")
-    host = host.strip("[]")
-    p = int(port)
-    if not 0 <= p <= 65535:
-        raise ValueError(f"port {p} out of range")
-    return host, p
 
 
 class NSQD:
@@ -451,7 +437,3 @@ class NSQD:
 def _log_sync_failure(fut: asyncio.Future) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         log.error("failed to sync - %s", fut.exception())
-
-
-def _fmt_addr(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
 from nsq.protocol.message import default_node_id
-from nsq.server.durations import format_duration, parse_duration
+from nsq.server.durations import format_duration
+from nsq.server.options import ConfigError, OptionSpec, coerce
+from nsq.server.options import load_config as _load_config
 
 __all__ = ["NSQDOptions", "OptionSpec", "OPTION_SPECS", "load_config", "coerce", "ConfigError"]
-
-
-class ConfigError(ValueError):
-    """A flag or config-file value that cannot be used."""
 
 
 @dataclass
@@ -89,24 +86,6 @@ class NSQDOptions:
     def copy(self, **changes: Any) -> NSQDOptions:
         """A copy with ``changes`` applied."""
         return dataclasses.replace(self, **changes)
-
-
-@dataclass(frozen=True)
-class OptionSpec:
-    """One nsqd flag.
-
-    Attributes:
-        flag: Go flag name without dashes (``mem-queue-size``).
-        cfg: config-file key and :class:`NSQDOptions` field.
-        kind: ``str``, ``int``, ``bool``, ``duration``, ``list``,
-            ``floatlist`` or ``tls_required``.
-        help: the flag's help text, as Go's (plus our status notes).
-    """
-
-    flag: str
-    cfg: str
-    kind: str
-    help: str
 
 
 _LATER = " [accepted; takes effect in a later release]"
@@ -190,85 +169,17 @@ SPEC_BY_CFG = {spec.cfg: spec for spec in OPTION_SPECS}
 # Go's config loader also knows these deprecated / alternate names
 _CFG_ALIASES = {"id": "node_id", "worker_id": "node_id", "lookupd_tcp_address": "nsqlookupd_tcp_addresses"}
 
-_BOOL_WORDS = {"true": True, "1": True, "t": True, "yes": True, "false": False, "0": False, "f": False, "no": False}
-
-
-def _coerce_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    word = str(value).strip().lower()
-    if word not in _BOOL_WORDS:
-        raise ConfigError(f"invalid boolean {value!r}")
-    return _BOOL_WORDS[word]
-
-
-def coerce(spec: OptionSpec, value: Any) -> Any:
-    """Convert a flag or config value to the field's type.
-
-    Raises:
-        ConfigError: the value does not fit the option.
-    """
-    kind = spec.kind
-    try:
-        if kind == "str":
-            return str(value)
-        if kind == "int":
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return int(value)
-        if kind == "bool":
-            return _coerce_bool(value)
-        if kind == "duration":
-            return parse_duration(value)
-        if kind == "list":
-            if isinstance(value, str):
-                return [value]
-            return [str(v) for v in value]
-        if kind == "floatlist":
-            items = value if isinstance(value, (list, tuple)) else [value]
-            out: list[float] = []
-            for item in items:
-                for part in str(item).split(","):
-                    if part.strip():
-                        out.append(float(part))
-            return out
-        if kind == "tls_required":
-            word = str(value).strip().lower()
-            if word == "tcp-https":
-                return word
-            return "true" if _coerce_bool(word) else "false"
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"invalid value {value!r} for --{spec.flag}: {exc}") from None
-    raise ConfigError(f"unknown option kind {kind}")
 
 
 def load_config(path: str) -> dict[str, Any]:
     """Read a Go-nsqd-style TOML config file into ``{field: value}``.
 
-    Keys are the flag names in snake case (``mem_queue_size``); Go's
-    ``nsqlookupd_tcp_addresses`` and ``id`` are understood. Durations may
-    be Go strings (``"60s"``) or integers in milliseconds.
+    Go's ``nsqlookupd_tcp_addresses`` and ``id`` keys are understood.
 
     Raises:
         ConfigError: unreadable file, bad TOML or a bad value.
     """
-    try:
-        with open(path, "rb") as fh:
-            raw = tomllib.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"invalid TOML in config file {path}: {exc}") from None
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        name = _CFG_ALIASES.get(key, key)
-        spec = SPEC_BY_CFG.get(name)
-        if spec is None:
-            continue  # Go ignores unknown keys (nsqadmin/lookupd keys in a shared file)
-        out[name] = coerce(spec, value)
-    return out
+    return _load_config(path, SPEC_BY_CFG, _CFG_ALIASES)
 
 
 def describe(opts: NSQDOptions, cfg: str) -> Any:

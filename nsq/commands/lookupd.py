@@ -1,0 +1,87 @@
+"""``nsq lookupd``: run nsqlookupd with Go nsqlookupd's flags and defaults."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+import click
+
+from nsq import NSQ_VERSION, __version__
+from nsq.commands._go import GoBool, GoCommand, fail, flag_values, run_async, spec_options
+from nsq.server.lookupd.options import OPTION_SPECS, ConfigError, LookupdOptions, load_config
+
+__all__ = ["lookupd"]
+
+_DEFAULTS = LookupdOptions(broadcast_address="<hostname>")
+
+
+def build_options(config: str | None, flags: dict[str, Any]) -> LookupdOptions:
+    """Defaults, then the config file, then explicit flags (Go's precedence).
+
+    Raises:
+        ConfigError: a bad config file or value.
+    """
+    values: dict[str, Any] = {}
+    if config:
+        values.update(load_config(config))
+    values.update(flag_values(OPTION_SPECS, flags))
+    opts = LookupdOptions()
+    for key, value in values.items():
+        setattr(opts, key, value)
+    if opts.log_level.lower() not in ("debug", "info", "warn", "warning", "error", "fatal"):
+        raise ConfigError(f"invalid --log-level {opts.log_level!r} (debug, info, warn, error, fatal)")
+    return opts
+
+
+@click.command(cls=GoCommand, context_settings={"help_option_names": ["-h", "--help"],
+                                                 "max_content_width": 120})
+@click.option("--config", "config", default=None, help="path to config file (TOML, Go nsqlookupd's keys)")
+@click.option("--version", "show_version", is_flag=True, help="print version string")
+@click.option("--verbose", "verbose", type=GoBool(), is_flag=False, flag_value="true", default=None,
+              help="[deprecated] has no effect, use --log-level", metavar="BOOL")
+@spec_options(OPTION_SPECS, _DEFAULTS, {"broadcast_address": "OS hostname"})
+def lookupd(config: str | None, show_version: bool, verbose: Any, **flags: Any) -> None:
+    """nsqlookupd: the directory nsqds register with and consumers ask.
+
+    nsqds connect to --tcp-address (--lookupd-tcp-address on nsqd);
+    consumers query --http-address (/lookup?topic=). Flags are Go
+    nsqlookupd v1.2's; a single dash works too. Durations use Go syntax.
+    """
+    if show_version:
+        click.echo(f"nsqlookupd v{NSQ_VERSION} (nsq-python {__version__})")
+        return
+    try:
+        opts = build_options(config, flags)
+    except ConfigError as exc:
+        fail(str(exc))
+    from nsq.server.logs import setup_logging
+
+    setup_logging(opts.log_prefix, opts.log_level)
+    raise SystemExit(run_async(_serve(opts)))
+
+
+async def _serve(opts: LookupdOptions) -> int:
+    from nsq.server.lookupd import NSQLookupd
+
+    log = logging.getLogger("nsq.lookupd")
+    log.info("nsqlookupd v%s (nsq-python %s)", NSQ_VERSION, __version__)
+    daemon = NSQLookupd(opts)
+    try:
+        await daemon.start()
+    except (OSError, ValueError) as exc:
+        log.critical("failed to start: %s", exc)
+        await daemon.stop()
+        return 1
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    await stop.wait()
+    await daemon.stop()
+    return 0

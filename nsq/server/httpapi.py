@@ -1,0 +1,114 @@
+"""HTTP API plumbing shared by nsqd and nsqlookupd (aiohttp).
+
+WIRE-FACTS "HTTP (nsqd and nsqlookupd)": every response carries
+``X-NSQ-Content-Type: nsq; version=1.0``; errors are ``{"message": "TEXT"}``
+with the status code; unknown paths 404 ``NOT_FOUND``, wrong methods 405
+``METHOD_NOT_ALLOWED``; plain successes are text, data answers JSON objects.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["HTTPError", "HTTPListener", "json_response", "text_response", "read_limited", "NSQ_HEADERS"]
+
+NSQ_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
+
+
+class HTTPError(Exception):
+    """An API error answered as ``{"message": text}`` with ``status``."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    """``data`` as compact JSON with the NSQ header."""
+    return web.Response(
+        body=json.dumps(data, separators=(",", ":")).encode(),
+        status=status,
+        content_type="application/json",
+        charset="utf-8",
+        headers=NSQ_HEADERS,
+    )
+
+
+def text_response(text: str, status: int = 200) -> web.Response:
+    """A plain-text answer (``OK``, or empty) with the NSQ header."""
+    return web.Response(text=text, status=status, headers=NSQ_HEADERS)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except HTTPError as exc:
+        return json_response({"message": exc.text}, exc.status)
+    except web.HTTPNotFound:
+        return json_response({"message": "NOT_FOUND"}, 404)
+    except web.HTTPMethodNotAllowed:
+        return json_response({"message": "METHOD_NOT_ALLOWED"}, 405)
+
+
+async def read_limited(request: web.Request, limit: int) -> bytes | None:
+    """The request body, or None if it is longer than ``limit`` bytes."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    chunks = []
+    total = 0
+    while True:
+        chunk = await request.content.read(65536)
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class HTTPListener:
+    """An aiohttp application with NSQ's error handling, bound to one address.
+
+    Args:
+        client_max_size: largest request body aiohttp reads (bytes).
+    """
+
+    def __init__(self, client_max_size: int = 1024 * 1024) -> None:
+        self.app = web.Application(middlewares=[_errors], client_max_size=client_max_size)
+        self.router = self.app.router
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, address: str) -> tuple[str, int]:
+        """Listen on ``host:port`` (port 0 picks one); returns the bound (host, port).
+
+        Raises:
+            OSError: the address cannot be bound.
+            ValueError: a malformed address.
+        """
+        from nsq.server.addresses import split_host_port
+
+        host, port = split_host_port(address)
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host or None, port, reuse_address=True)
+        try:
+            await site.start()
+        except BaseException:
+            await self._runner.cleanup()
+            self._runner = None
+            raise
+        sock = site._server.sockets[0]  # type: ignore[union-attr]
+        bound = sock.getsockname()
+        return bound[0], bound[1]
+
+    async def stop(self) -> None:
+        """Close the listener and every HTTP connection."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

@@ -1,0 +1,258 @@
+"""The nsqlookupd daemon as a library: ``NSQLookupd(options)``, ``await start()``, ``await stop()``.
+
+nsqds connect over TCP (protocol V1, :mod:`nsq.protocol.lookupd`) and
+register their topics and channels; clients ask over HTTP
+(:mod:`nsq.server.lookupd.http`) where a topic is produced. Lookupds share
+nothing; each holds what its nsqds told it (seed 000 "nsqlookupd").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+
+from nsq.protocol.errors import ClientError
+from nsq.protocol.lookupd import (
+    CMD_IDENTIFY,
+    CMD_PING,
+    CMD_REGISTER,
+    V1ServerParser,
+    encode_response,
+)
+from nsq.protocol.names import is_ephemeral
+from nsq.server.addresses import fmt_addr, split_host_port
+from nsq.server.lookupd.options import LookupdOptions
+from nsq.server.lookupd.registration_db import Peer, Producer, RegistrationDB
+
+__all__ = ["NSQLookupd"]
+
+log = logging.getLogger("nsq.lookupd")
+
+_OK = encode_response(b"OK")
+
+
+class NSQLookupd:
+    """The nsqlookupd daemon.
+
+    Args:
+        options: :class:`LookupdOptions`; defaults are Go nsqlookupd v1.2's.
+
+    Attributes:
+        db: the :class:`RegistrationDB`.
+        tcp_port, http_port: bound ports (after :meth:`start`; useful with port 0).
+    """
+
+    def __init__(self, options: LookupdOptions | None = None) -> None:
+        self.options = options or LookupdOptions()
+        self.db = RegistrationDB()
+        self.tcp_host = ""
+        self.tcp_port = 0
+        self.http_host = ""
+        self.http_port = 0
+        self._tcp_server: asyncio.base_events.Server | None = None
+        self._http = None
+        self._conns: set[LookupProtocolV1] = set()
+        self._started = False
+
+    async def start(self) -> None:
+        """Bind the TCP and HTTP listeners.
+
+        Raises:
+            OSError: an address cannot be bound.
+            ValueError: a malformed address.
+        """
+        from nsq.server.lookupd.http import LookupdHTTPServer
+
+        loop = asyncio.get_running_loop()
+        host, port = split_host_port(self.options.tcp_address)
+        self._tcp_server = await loop.create_server(
+            lambda: LookupProtocolV1(self), host or None, port, reuse_address=True, backlog=1024
+        )
+        self.tcp_host, self.tcp_port = self._tcp_server.sockets[0].getsockname()[:2]
+        log.info("TCP: listening on %s", fmt_addr(self.tcp_host, self.tcp_port))
+        try:
+            self._http = LookupdHTTPServer(self)
+            self.http_host, self.http_port = await self._http.start(self.options.http_address)
+        except BaseException:
+            self._tcp_server.close()
+            raise
+        log.info("HTTP: listening on %s", fmt_addr(self.http_host, self.http_port))
+        self._started = True
+
+    async def stop(self) -> None:
+        """Close the listeners and every nsqd connection."""
+        if self._tcp_server is not None:
+            self._tcp_server.close()
+        for conn in list(self._conns):
+            conn.close()
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
+        if self._tcp_server is not None:
+            try:
+                await asyncio.wait_for(self._tcp_server.wait_closed(), 2)
+            except (TimeoutError, OSError):
+                log.debug("TCP listener did not close in 2 s")
+            self._tcp_server = None
+        log.info("LOOKUPD: bye")
+
+    @property
+    def tcp_address(self) -> str:
+        """``host:port`` the TCP listener is bound to."""
+        return fmt_addr(self.tcp_host, self.tcp_port)
+
+    @property
+    def http_address(self) -> str:
+        """``host:port`` the HTTP listener is bound to."""
+        return fmt_addr(self.http_host, self.http_port)
+
+    @staticmethod
+    def hostname() -> str:
+        """The OS hostname (IDENTIFY's answer)."""
+        return socket.gethostname()
+
+    # -- registrations (V1 commands) ---------------------------------------------
+
+    def register(self, peer: Peer, topic: str, channel: str) -> None:
+        """REGISTER: a channel registers its topic too (Go's order: channel first)."""
+        db = self.db
+        if channel:
+            if db.add_producer(("channel", topic, channel), Producer(peer)):
+                log.info("DB: client(%s) REGISTER category:channel key:%s subkey:%s", peer.id, topic, channel)
+        if db.add_producer(("topic", topic, ""), Producer(peer)):
+            log.info("DB: client(%s) REGISTER category:topic key:%s subkey:", peer.id, topic)
+
+    def unregister(self, peer: Peer, topic: str, channel: str) -> None:
+        """UNREGISTER: a channel, or a topic with all its channels for this nsqd."""
+        db = self.db
+        if channel:
+            reg = ("channel", topic, channel)
+            removed, left = db.remove_producer(reg, peer.id)
+            if removed:
+                log.info("DB: client(%s) UNREGISTER category:channel key:%s subkey:%s", peer.id, topic, channel)
+            if left == 0 and is_ephemeral(channel):
+                db.remove_registration(reg)
+            return
+        for reg in db.find_registrations("channel", topic, "*"):
+            removed, left = db.remove_producer(reg, peer.id)
+            if removed:
+                log.warning("client(%s) unexpected UNREGISTER category:channel key:%s subkey:%s",
+                            peer.id, topic, reg[2])
+            if left == 0 and is_ephemeral(reg[2]):
+                db.remove_registration(reg)
+        reg = ("topic", topic, "")
+        removed, left = db.remove_producer(reg, peer.id)
+        if removed:
+            log.info("DB: client(%s) UNREGISTER category:topic key:%s subkey:", peer.id, topic)
+        if left == 0 and is_ephemeral(topic):
+            db.remove_registration(reg)
+
+    def peer_gone(self, peer: Peer) -> None:
+        """A connection closed: remove its nsqd from every registration.
+
+        Ephemeral topics and channels left without producers go too.
+        """
+        db = self.db
+        for reg in db.lookup_registrations(peer.id):
+            removed, left = db.remove_producer(reg, peer.id)
+            if removed:
+                log.info("DB: client(%s) UNREGISTER category:%s key:%s subkey:%s", peer.id, *reg)
+            if left == 0 and is_ephemeral(reg[2] if reg[0] == "channel" else reg[1]):
+                db.remove_registration(reg)
+
+
+class LookupProtocolV1(asyncio.Protocol):
+    """One nsqd's TCP connection to this lookupd."""
+
+    def __init__(self, lookupd: NSQLookupd) -> None:
+        self.lookupd = lookupd
+        self.parser = V1ServerParser()
+        self.transport: asyncio.Transport | None = None
+        self.remote = ""
+        self.peer: Peer | None = None
+        self._closing = False
+
+    def __repr__(self) -> str:
+        return self.remote
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        addr = transport.get_extra_info("peername")
+        self.remote = fmt_addr(addr[0], addr[1]) if addr else "?"
+        self.lookupd._conns.add(self)
+        log.info("TCP: new client(%s)", self.remote)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lookupd._conns.discard(self)
+        log.info("PROTOCOL(V1): [%s] exiting ioloop", self.remote)
+        if self.peer is not None:
+            self.lookupd.peer_gone(self.peer)
+            self.peer = None
+
+    def close(self) -> None:
+        """Close the connection (its registrations go when it is lost)."""
+        self._closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        parser = self.parser
+        parser.feed(data)
+        out = []
+        try:
+            while True:
+                cmd = parser.next_command()
+                if cmd is None:
+                    break
+                out.append(self._exec(cmd))
+        except ClientError as exc:
+            log.error("[%s] - %s", self.remote, exc.wire_text())
+            out.append(encode_response(exc.wire_bytes()))
+            self.transport.write(b"".join(out))  # type: ignore[union-attr]
+            self.close()
+            return
+        if out:
+            self.transport.write(b"".join(out))  # type: ignore[union-attr]
+
+    def _exec(self, cmd: tuple) -> bytes:
+        name = cmd[0]
+        lookupd = self.lookupd
+        if name == CMD_PING:
+            if self.peer is not None:
+                now = time.monotonic()
+                log.debug("CLIENT(%s): pinged (last ping %.3fs)", self.peer.id, now - self.peer.last_update)
+                self.peer.last_update = now
+            return _OK
+        if name == CMD_IDENTIFY:
+            return self._identify(cmd[1])
+        assert self.peer is not None  # the parser refuses REGISTER before IDENTIFY
+        if name == CMD_REGISTER:
+            lookupd.register(self.peer, cmd[1], cmd[2])
+        else:
+            lookupd.unregister(self.peer, cmd[1], cmd[2])
+        return _OK
+
+    def _identify(self, info) -> bytes:
+        import json
+
+        from nsq import NSQ_VERSION
+
+        lookupd = self.lookupd
+        info.remote_address = self.remote
+        self.peer = peer = Peer(self.remote, info, time.monotonic())
+        log.info("CLIENT(%s): IDENTIFY Address:%s TCP:%d HTTP:%d Version:%s",
+                 self.remote, info.broadcast_address, info.tcp_port, info.http_port, info.version)
+        if lookupd.db.add_producer(("client", "", ""), Producer(peer)):
+            log.info("DB: client(%s) REGISTER category:client key: subkey:", self.remote)
+        answer = {
+            "tcp_port": lookupd.tcp_port,
+            "http_port": lookupd.http_port,
+            "version": NSQ_VERSION,
+            "broadcast_address": lookupd.options.broadcast_address,
+            "hostname": lookupd.hostname(),
+        }
+        return encode_response(json.dumps(answer, separators=(",", ":")).encode())

@@ -1,0 +1,122 @@
+"""Options machinery shared by the daemons: flag specs, coercion, TOML config.
+
+Each daemon keeps one table of :class:`OptionSpec` (Go flag name, config
+key, kind, help); its command builds click flags from it and
+:func:`load_config` reads Go-style TOML config files with it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from typing import Any
+
+from nsq.server.durations import parse_duration
+
+__all__ = ["ConfigError", "OptionSpec", "coerce", "load_config"]
+
+
+class ConfigError(ValueError):
+    """A flag or config-file value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One daemon flag.
+
+    Attributes:
+        flag: Go flag name without dashes (``mem-queue-size``).
+        cfg: config-file key and options-dataclass field.
+        kind: ``str``, ``int``, ``bool``, ``duration``, ``list``,
+            ``floatlist`` or ``tls_required``.
+        help: the flag's help text, as Go's (plus our status notes).
+    """
+
+    flag: str
+    cfg: str
+    kind: str
+    help: str
+
+
+_BOOL_WORDS = {"true": True, "1": True, "t": True, "yes": True, "false": False, "0": False, "f": False, "no": False}
+
+
+def _coerce_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word not in _BOOL_WORDS:
+        raise ConfigError(f"invalid boolean {value!r}")
+    return _BOOL_WORDS[word]
+
+
+def coerce(spec: OptionSpec, value: Any) -> Any:
+    """Convert a flag or config value to the field's type.
+
+    Raises:
+        ConfigError: the value does not fit the option.
+    """
+    kind = spec.kind
+    try:
+        if kind == "str":
+            return str(value)
+        if kind == "int":
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(value)
+        if kind == "bool":
+            return _coerce_bool(value)
+        if kind == "duration":
+            return parse_duration(value)
+        if kind == "list":
+            if isinstance(value, str):
+                return [value]
+            return [str(v) for v in value]
+        if kind == "floatlist":
+            items = value if isinstance(value, (list, tuple)) else [value]
+            out: list[float] = []
+            for item in items:
+                for part in str(item).split(","):
+                    if part.strip():
+                        out.append(float(part))
+            return out
+        if kind == "tls_required":
+            word = str(value).strip().lower()
+            if word == "tcp-https":
+                return word
+            return "true" if _coerce_bool(word) else "false"
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid value {value!r} for --{spec.flag}: {exc}") from None
+    raise ConfigError(f"unknown option kind {kind}")
+
+
+def load_config(path: str, specs: dict[str, OptionSpec], aliases: dict[str, str] | None = None) -> dict[str, Any]:
+    """Read a Go-style TOML config file into ``{field: value}``.
+
+    Keys are the flag names in snake case (``mem_queue_size``), looked up in
+    ``specs`` (by config key) after ``aliases``. Durations may be Go strings
+    (``"60s"``) or integers in milliseconds. Unknown keys are ignored, as
+    Go does (one file may serve nsqd, lookupd and nsqadmin).
+
+    Raises:
+        ConfigError: unreadable file, bad TOML or a bad value.
+    """
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML in config file {path}: {exc}") from None
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = (aliases or {}).get(key, key)
+        spec = specs.get(name)
+        if spec is None:
+            continue  # Go ignores unknown keys (nsqadmin/lookupd keys in a shared file)
+        out[name] = coerce(spec, value)
+    return out
+
+
