@@ -6,7 +6,15 @@ at least 1 each, never above nsqd's ``max_rdy_count``), FIN/REQ by handler
 result, ``max_attempts`` with a give-up callback, requeue delay growing with
 attempts, heartbeats answered, reconnect with exponential backoff for direct
 nsqd addresses, and a clean close (CLS, wait for in-flight handlers).
-Discovery through lookupd and RDY backoff come with later releases.
+
+Discovery (seed 002 "发现"): with ``lookupd_http_addresses`` the consumer
+asks every lookupd's ``/lookup`` at start and then every
+``lookupd_poll_interval`` (with jitter), connects to each producer of the
+topic (``broadcast_address:tcp_port``, the union over all lookupds) and
+drops connections to producers no lookupd lists any more. A discovered
+connection that closes is not retried on its own: the lookupds are asked
+again at once, and list the nsqd if it is still there.
+RDY backoff comes with a later release.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -50,6 +59,11 @@ class Consumer:
             ``heartbeat_interval`` ms, ``user_agent``, ``sample_rate`` ...).
         on_give_up: called with a message past ``max_attempts``.
         reconnect_max_delay: seconds between reconnect tries at most.
+        lookupd_http_addresses: nsqlookupd HTTP addresses (``host:port`` or
+            URL) to discover producers of ``topic`` from.
+        lookupd_poll_interval: seconds between lookupd queries (go-nsq's 60 s).
+        lookupd_poll_jitter: fraction of the interval each wait varies by
+            (0..1), so many consumers do not ask at once.
 
     Raises:
         ClientConfigError: invalid names or numbers.
@@ -68,6 +82,9 @@ class Consumer:
         identify: dict[str, Any] | None = None,
         on_give_up: Callable[[Message], None] | None = None,
         reconnect_max_delay: float = 60.0,
+        lookupd_http_addresses: Iterable[str] = (),
+        lookupd_poll_interval: float = 60.0,
+        lookupd_poll_jitter: float = 0.3,
     ) -> None:
         if not is_valid_topic_name(topic):
             raise ClientConfigError(f"invalid topic name {topic!r}")
@@ -75,6 +92,10 @@ class Consumer:
             raise ClientConfigError(f"invalid channel name {channel!r}")
         if max_in_flight < 0:
             raise ClientConfigError("max_in_flight must be >= 0")
+        if lookupd_poll_interval <= 0:
+            raise ClientConfigError("lookupd_poll_interval must be > 0")
+        if not 0 <= lookupd_poll_jitter <= 1:
+            raise ClientConfigError("lookupd_poll_jitter must be in [0, 1]")
         self.topic = topic
         self.channel = channel
         self.handler = handler
@@ -86,6 +107,15 @@ class Consumer:
         self.identify = dict(identify or {})
         self.on_give_up = on_give_up
         self.reconnect_max_delay = reconnect_max_delay
+        self.lookupd_http_addresses = list(dict.fromkeys(lookupd_http_addresses))
+        self.lookupd_poll_interval = lookupd_poll_interval
+        self.lookupd_poll_jitter = lookupd_poll_jitter
+        self._lookupd_client = None
+        self._poll_task: asyncio.Task | None = None
+        self._recheck = asyncio.Event()
+        #: nsqd addresses found through lookupd (not in ``addresses``)
+        self._discovered: set[str] = set()
+        self._connecting: set[str] = set()
         self.connections: dict[str, Connection] = {}
         self._rdy: dict[Connection, int] = {}
         self._in_flight: dict[Connection, int] = {}
@@ -100,21 +130,103 @@ class Consumer:
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect to every configured nsqd.
+        """Connect to every configured nsqd, and to the producers the
+        lookupds list (then keep polling them in the background).
 
         Raises:
-            OSError / asyncio.TimeoutError / ErrorResponse: the first
-                connection failed and there is no other (otherwise failed
-                ones are retried in the background).
+            OSError / asyncio.TimeoutError / ErrorResponse: every direct
+                connection failed and no lookupd is configured (otherwise
+                failed ones are retried in the background).
         """
+        if self.lookupd_http_addresses:
+            from nsq.client.lookupd import LookupdHTTPClient
+
+            self._lookupd_client = LookupdHTTPClient(user_agent=self.identify.get("user_agent"))
+            await self.query_lookupd()
+            self._poll_task = asyncio.get_running_loop().create_task(self._poll_lookupd())
+        if not self.addresses:
+            return
         results = await asyncio.gather(*(self._connect(a) for a in self.addresses), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for address, result in zip(self.addresses, results):
             if isinstance(result, BaseException):
                 log.warning("[%s] connect failed: %s", address, result)
                 self._schedule_reconnect(address)
-        if errors and len(errors) == len(results):
+        if errors and len(errors) == len(results) and not self.lookupd_http_addresses:
             raise errors[0]
+
+    # -- discovery ---------------------------------------------------------------
+
+    async def query_lookupd(self) -> None:
+        """Ask every lookupd for the topic's producers once; connect to new
+        ones, drop discovered ones none lists. If every lookupd fails,
+        nothing changes."""
+        if self._lookupd_client is None or self._closing:
+            return
+        producers, errors = await self._lookupd_client.lookup_all(self.lookupd_http_addresses, self.topic)
+        for err in errors:
+            log.warning("%s", err)
+        if errors and len(errors) == len(self.lookupd_http_addresses):
+            return
+        from nsq.client.lookupd import producer_address
+
+        found = [producer_address(p) for p in producers]
+        for address in found:
+            if address in self.addresses or address in self.connections or address in self._connecting:
+                continue
+            self._connecting.add(address)
+            task = asyncio.get_running_loop().create_task(self._connect_discovered(address))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        for address in list(self._discovered):
+            if address not in found and address not in self.addresses:
+                self._discovered.discard(address)
+                conn = self.connections.get(address)
+                if conn is not None:
+                    log.info("[%s] no longer a producer of %s, disconnecting", address, self.topic)
+                    del self.connections[address]
+                    self._drop(conn)
+                    self._redistribute()
+
+    async def _connect_discovered(self, address: str) -> None:
+        try:
+            await self._connect(address)
+            self._discovered.add(address)
+        except Exception as exc:
+            log.warning("[%s] connect to discovered nsqd failed: %s", address, exc)
+        finally:
+            self._connecting.discard(address)
+
+    def _drop(self, conn: Connection) -> None:
+        """Close a connection cleanly: CLS, then close once nsqd answers."""
+        self._rdy.pop(conn, None)
+        self._in_flight.pop(conn, None)
+
+        async def cls() -> None:
+            try:
+                await asyncio.wait_for(conn.command(commands.cls()), 5)
+            except Exception:
+                pass
+            conn.close()
+
+        task = asyncio.get_running_loop().create_task(cls())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _poll_lookupd(self) -> None:
+        while not self._closing:
+            interval = self.lookupd_poll_interval
+            wait = interval * (1 + self.lookupd_poll_jitter * (random.random() - 0.5))
+            try:
+                await asyncio.wait_for(self._recheck.wait(), wait)
+                await asyncio.sleep(1.0)  # a burst of closes -> one query
+            except TimeoutError:
+                pass
+            self._recheck.clear()
+            try:
+                await self.query_lookupd()
+            except Exception:
+                log.exception("lookupd query failed")
 
     async def connect_to_nsqd(self, address: str) -> None:
         """Add an nsqd (``host:port``) and connect to it."""
@@ -168,6 +280,10 @@ class Consumer:
         self._closing = True
         for task in self._reconnect_tasks.values():
             task.cancel()
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+        if self._lookupd_client is not None:
+            await self._lookupd_client.close()
         waits = []
         for conn in list(self.connections.values()):
             if not conn.closed:
@@ -267,7 +383,12 @@ class Consumer:
             return
         log.warning("[%s] connection closed%s", address, f": {conn.close_error}" if conn.close_error else "")
         self._redistribute()
-        self._schedule_reconnect(address)
+        if address in self._discovered:
+            self._discovered.discard(address)
+            self._recheck.set()  # ask the lookupds again rather than retry blindly
+            return
+        if address in self.addresses:
+            self._schedule_reconnect(address)
 
     def _schedule_reconnect(self, address: str) -> None:
         if self._closing or address in self._reconnect_tasks:

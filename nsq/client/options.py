@@ -24,14 +24,18 @@ _KNOWN: dict[str, tuple[str, str]] = {
     "max_attempts": ("consumer", "int"),
     "default_requeue_delay": ("consumer", "ms"),
     "max_requeue_delay": ("consumer", "ms"),
+    "lookupd_poll_interval": ("consumer", "s"),
+    "lookupd_poll_jitter": ("consumer", "float"),
 }
 _CONSUMER_ARGS = {
     "max_in_flight": "max_in_flight",
     "max_attempts": "max_attempts",
     "default_requeue_delay": "requeue_delay_ms",
     "max_requeue_delay": "max_requeue_delay_ms",
+    "lookupd_poll_interval": "lookupd_poll_interval",
+    "lookupd_poll_jitter": "lookupd_poll_jitter",
 }
-_LATER = {"tls_v1", "snappy", "deflate", "deflate_level", "auth_secret", "lookupd_poll_interval",
+_LATER = {"tls_v1", "snappy", "deflate", "deflate_level", "auth_secret",
           "backoff_strategy", "max_backoff_duration", "tls_root_ca_file", "tls_insecure_skip_verify",
           "tls_cert", "tls_key", "tls_min_version"}
 
@@ -66,7 +70,16 @@ def parse_opts(pairs: tuple[str, ...] | list[str], consumer: bool) -> tuple[dict
             raise ClientConfigError(f"unknown option {key!r}")
         where, kind = spec
         try:
-            parsed: Any = value if kind == "str" else _ms(value) if kind == "ms" else int(value)
+            if kind == "str":
+                parsed: Any = value
+            elif kind == "ms":
+                parsed = _ms(value)
+            elif kind == "s":
+                parsed = _ms(value) / 1000.0
+            elif kind == "float":
+                parsed = float(value)
+            else:
+                parsed = int(value)
         except ValueError:
             raise ClientConfigError(f"invalid value {value!r} for option {key!r}") from None
         if where == "identify":

@@ -21,7 +21,7 @@ __all__ = ["tail"]
 @click.option("--nsqd-tcp-address", "addresses", multiple=True,
               help="nsqd TCP address (may be given multiple times)")
 @click.option("--lookupd-http-address", "lookupd", multiple=True,
-              help="lookupd HTTP address (may be given multiple times) [discovery comes in a later release]")
+              help="lookupd HTTP address (may be given multiple times)")
 @click.option("-n", "total", default=0, type=int, help="total messages to show (will wait if starved)")
 @click.option("--print-topic", is_flag=True, help="print topic name where message was received")
 @click.option("--max-in-flight", default=200, type=int, show_default=True,
@@ -37,10 +37,10 @@ def tail(topics: tuple[str, ...], channel: str | None, addresses: tuple[str, ...
 
     if not topics:
         fail("--topic is required")
-    if lookupd and not addresses:
-        fail("lookupd discovery is not available yet in this release; use --nsqd-tcp-address")
-    if not addresses:
-        fail("--nsqd-tcp-address required")
+    if not addresses and not lookupd:
+        fail("--nsqd-tcp-address or --lookupd-http-address required")
+    if addresses and lookupd:
+        fail("use --nsqd-tcp-address or --lookupd-http-address not both")
     for t in topics:
         if not is_valid_topic_name(t):
             fail(f"invalid --topic {t!r}")
@@ -58,7 +58,8 @@ def tail(topics: tuple[str, ...], channel: str | None, addresses: tuple[str, ...
         fail(str(exc))
     kwargs.setdefault("max_in_flight", max_in_flight)
     try:
-        code = run_async(_tail(list(topics), channel, list(addresses), total, print_topic, identify, kwargs))
+        code = run_async(_tail(list(topics), channel, list(addresses), list(lookupd), total, print_topic,
+                               identify, kwargs))
     except (OSError, asyncio.TimeoutError) as exc:
         fail(f"cannot connect to nsqd: {exc}")
     except Exception as exc:
@@ -66,8 +67,8 @@ def tail(topics: tuple[str, ...], channel: str | None, addresses: tuple[str, ...
     sys.exit(code)
 
 
-async def _tail(topics: list[str], channel: str, addresses: list[str], total: int, print_topic: bool,
-                identify: dict[str, Any], kwargs: dict[str, Any]) -> int:
+async def _tail(topics: list[str], channel: str, addresses: list[str], lookupd: list[str], total: int,
+                print_topic: bool, identify: dict[str, Any], kwargs: dict[str, Any]) -> int:
     from nsq.client import Consumer
 
     out = sys.stdout.buffer
@@ -105,7 +106,8 @@ async def _tail(topics: list[str], channel: str, addresses: list[str], total: in
 
         return handle
 
-    consumers = [Consumer(t, channel, make_handler(t), addresses, identify=identify, **kwargs) for t in topics]
+    consumers = [Consumer(t, channel, make_handler(t), addresses, identify=identify, lookupd_http_addresses=lookupd,
+                          **kwargs) for t in topics]
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, done.set)

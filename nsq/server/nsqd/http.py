@@ -282,7 +282,7 @@ class NSQDHTTPServer:
                     raise HTTPError(400, "INVALID_VALUE") from None
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                     raise HTTPError(400, "INVALID_VALUE")
-                opts.nsqlookupd_tcp_addresses = value
+                self.nsqd.set_lookupd_addresses(value)
             elif opt == "log_level":
                 level = body.decode(errors="replace").strip().lower()
                 if level not in ("debug", "info", "warn", "error", "fatal"):

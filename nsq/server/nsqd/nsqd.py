@@ -13,11 +13,14 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
+from nsq import NSQ_VERSION
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
+from nsq.protocol.names import is_valid_channel_name
 from nsq.protocol.v2 import Limits
 from nsq.server.addresses import fmt_addr as _fmt_addr
 from nsq.server.addresses import split_host_port
 from nsq.server.nsqd.backend import BackendQueue, DiscardBackend, NoDiskBackend
+from nsq.server.nsqd.lookup import Lookupds
 from nsq.server.nsqd.options import NSQDOptions
 from nsq.server.nsqd.topic import Topic
 
@@ -82,6 +85,10 @@ class NSQD:
         self._dir_lock: int | None = None
         self._disk_thread = None
         self._strict: set = set()
+        #: connections to the nsqlookupds (--lookupd-tcp-address)
+        self.lookupds = Lookupds(self)
+        self._lookupd_http = None
+        self._background: set[asyncio.Task] = set()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -125,7 +132,14 @@ class NSQD:
             self._unlock_data_path()
             raise
         log.info("HTTP: listening on %s", _fmt_addr(self.http_host, self.http_port))
+        # as Go: unset broadcast ports become the bound ones (/config shows them)
+        if not self.options.broadcast_tcp_port:
+            self.options.broadcast_tcp_port = self.tcp_port
+        if not self.options.broadcast_http_port:
+            self.options.broadcast_http_port = self.http_port
         self._scan_task = self._loop.create_task(self._scan_loop())
+        if self.options.nsqlookupd_tcp_addresses:
+            self.lookupds.set_addresses(self.options.nsqlookupd_tcp_addresses)
 
     async def stop(self) -> None:
         """Stop accepting, close every client cleanly and shut down."""
@@ -135,6 +149,11 @@ class NSQD:
             return
         self.exiting = True
         log.info("NSQ: closing")
+        await self.lookupds.close()
+        for task in list(self._background):
+            task.cancel()
+        if self._lookupd_http is not None:
+            await self._lookupd_http.close()
         if self._tcp_server is not None:
             self._tcp_server.close()
         self._flush_all()
@@ -194,6 +213,9 @@ class NSQD:
             log.info("TOPIC(%s): created", name)
             if not topic.ephemeral:
                 self.persist_metadata()
+            if not self._loading:
+                self._precreate_channels(topic)
+            self.lookupds.register(name)
         return topic
 
     def get_existing_topic(self, name: str) -> Topic | None:
@@ -207,6 +229,7 @@ class NSQD:
             return False
         log.info("TOPIC(%s): deleting", name)
         topic.close(delete=True)
+        self.lookupds.unregister(name)
         if not topic.ephemeral:
             self.persist_metadata()
         return True
@@ -298,14 +321,72 @@ class NSQD:
         self._disk_queues.discard(backend)
 
     def notify_channel_created(self, topic: Topic, channel: Channel) -> None:
-        """A channel appeared: persist metadata (lookupd registration later)."""
+        """A channel appeared: persist metadata, REGISTER it with the lookupds."""
         if not channel.ephemeral:
             self.persist_metadata()
+        self.lookupds.register(topic.name, channel.name)
 
     def notify_channel_deleted(self, topic: Topic, channel: Channel) -> None:
-        """A channel went away: persist metadata (lookupd later)."""
+        """A channel went away: persist metadata, UNREGISTER it."""
         if not channel.ephemeral:
             self.persist_metadata()
+        self.lookupds.unregister(topic.name, channel.name)
+
+    # -- lookupd -----------------------------------------------------------------
+
+    def registrations(self) -> list[bytes]:
+        """REGISTER commands for everything this nsqd has (sent at each lookupd
+        connect): a topic with no channel alone, else each of its channels."""
+        from nsq.protocol.lookupd import encode_register
+
+        out = []
+        for topic in self.topics.values():
+            if not topic.channels:
+                out.append(encode_register(topic.name))
+            for channel in topic.channels.values():
+                out.append(encode_register(topic.name, channel.name))
+        return out
+
+    def set_lookupd_addresses(self, addresses: list[str]) -> None:
+        """Replace the lookupd TCP addresses (``PUT /config/nsqlookupd_tcp_addresses``)."""
+        self.options.nsqlookupd_tcp_addresses = list(addresses)
+        if self._loop is not None and not self.exiting:
+            self.lookupds.set_addresses(addresses)
+
+    def _precreate_channels(self, topic: Topic) -> None:
+        """Go's GetTopic with lookupd: ask the lookupds for the topic's
+        channels and create them before messages flow, so every channel
+        of the cluster gets the first messages. Meanwhile the topic holds
+        what is published (``topic.starting``)."""
+        addrs = self.lookupds.http_addresses()
+        if not addrs:
+            if self.options.nsqlookupd_tcp_addresses:
+                log.error("no available nsqlookupd to query for channels to pre-create for topic %s", topic.name)
+            return
+        topic.starting = True
+        task = asyncio.get_running_loop().create_task(self._query_channels(topic, addrs))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _query_channels(self, topic: Topic, addrs: list[str]) -> None:
+        try:
+            if self._lookupd_http is None:
+                from nsq.client.lookupd import LookupdHTTPClient
+
+                self._lookupd_http = LookupdHTTPClient(self.options.http_client_connect_timeout,
+                                                       self.options.http_client_request_timeout,
+                                                       user_agent=f"nsqd/{NSQ_VERSION}")
+            names, errors = await self._lookupd_http.channels_all(addrs, topic.name)
+            for err in errors:
+                log.warning("failed to query nsqlookupd for channels to pre-create for topic %s - %s",
+                            topic.name, err)
+            if not topic.deleted:
+                for name in names:
+                    if not name.endswith("#ephemeral") and is_valid_channel_name(name):
+                        topic.get_channel(name)
+        finally:
+            topic.starting = False
+            topic.flush_held()
 
     # -- metadata and health -----------------------------------------------------
 

@@ -40,6 +40,8 @@ class Topic:
         queue: messages waiting for a channel (no channel yet, or paused).
         backend: overflow backend for ``queue``.
         paused: messages stay in ``queue`` while True.
+        starting: messages stay in ``queue`` while True (a new topic waiting
+            for lookupd's channel list, as Go nsqd's GetTopic does).
         message_count, message_bytes: published so far.
     """
 
@@ -54,6 +56,8 @@ class Topic:
             backend = DiscardBackend() if self.ephemeral else NoDiskBackend()
         self.backend = backend
         self.paused = False
+        #: True while a new topic asks lookupd which channels to create first
+        self.starting = False
         self.deleted = False
         self.message_count = 0
         self.message_bytes = 0
@@ -97,7 +101,7 @@ class Topic:
         msgs = [Message(i, b, ts, 0, defer_ms) for i, b in zip(ids, bodies)]
         self.message_count += n
         self.message_bytes += sum(map(len, bodies))
-        if self.channels and not self.paused:
+        if self.channels and not self.paused and not self.starting:
             self._distribute(msgs)
         else:
             self._hold(msgs)
@@ -105,7 +109,7 @@ class Topic:
     def _check_room(self, n: int) -> None:
         if self.ephemeral:
             return
-        if self.channels and not self.paused:
+        if self.channels and not self.paused and not self.starting:
             for channel in self.channels.values():
                 if not channel.backend.accepts_overflow and channel.capacity() < n:
                     raise TopicFull(f"channel {channel.name} memory queue full (--mem-queue-size)")
@@ -141,7 +145,7 @@ class Topic:
         Called when a channel appears or the topic is unpaused. A large
         backend is drained in chunks, one per event-loop turn.
         """
-        if not self.channels or self.paused or self.deleted:
+        if not self.channels or self.paused or self.deleted or self.starting:
             return
         if self.queue:
             msgs = list(self.queue)
