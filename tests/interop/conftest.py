@@ -115,3 +115,48 @@ def http_post(http, nsqd) -> Callable:
             return text
 
     return post
+
+
+@pytest.fixture
+async def cluster():
+    """An nsqlookupd and two nsqds registered with it (in-process, loopback).
+
+    Yields ``(lookupd, [nsqd, nsqd])``; the nsqds broadcast ``127.0.0.1`` so
+    clients that discover them through ``/lookup`` can connect.
+    """
+    from nsq.server.lookupd import LookupdOptions, NSQLookupd
+
+    lookupd = NSQLookupd(LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
+                                        broadcast_address="127.0.0.1"))
+    await lookupd.start()
+    nsqds = []
+    try:
+        for _ in range(2):
+            d = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
+                                 broadcast_address="127.0.0.1",
+                                 nsqlookupd_tcp_addresses=[lookupd.tcp_address]))
+            await d.start()
+            nsqds.append(d)
+        yield lookupd, nsqds
+    finally:
+        for d in nsqds:
+            await d.stop()
+        await lookupd.stop()
+
+
+async def wait_lookup(session: aiohttp.ClientSession, lookupd, topic: str, producers: int,
+                      timeout: float = 10.0) -> dict:
+    """Poll lookupd ``/lookup?topic=`` until it lists ``producers`` nsqds."""
+    import asyncio
+
+    url = f"http://127.0.0.1:{lookupd.http_port}/lookup"
+    deadline = asyncio.get_running_loop().time() + timeout
+    data: dict = {}
+    while asyncio.get_running_loop().time() < deadline:
+        async with session.get(url, params={"topic": topic}) as resp:
+            if resp.status == 200:
+                data = json.loads(await resp.text())
+                if len(data["producers"]) >= producers:
+                    return data
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"lookupd never listed {producers} producers of {topic}: {data}")

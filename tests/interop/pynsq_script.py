@@ -52,7 +52,10 @@ def log(msg):
 def parse_args(argv):
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=("writer", "reader"))
-    p.add_argument("--nsqd-tcp", required=True)
+    p.add_argument("--nsqd-tcp", default=None)
+    p.add_argument("--lookupd-http", action="append", default=[],
+                   help="reader: discover nsqds through this lookupd (repeatable)")
+    p.add_argument("--lookupd-poll", type=int, default=60)
     p.add_argument("--topic", required=True)
     p.add_argument("--channel", default="pynsq")
     p.add_argument("--count", type=int, required=True)
@@ -207,11 +210,15 @@ def main(argv):
         def on_all_done():
             complete(distinct=len(done_bodies), deliveries=sum(seen.values()))
 
-        reader = Reader(
+        if args.lookupd_http:
+            where = dict(lookupd_http_addresses=args.lookupd_http, lookupd_poll_interval=args.lookupd_poll)
+        else:
+            where = dict(nsqd_tcp_addresses=[args.nsqd_tcp])
+        reader = Reader(  # noqa: F841 (pynsq runs it from the IOLoop)
             topic=args.topic,
             channel=args.channel,
             message_handler=handler,
-            nsqd_tcp_addresses=[args.nsqd_tcp],
+            **where,
             max_in_flight=args.max_in_flight,
             requeue_delay=args.requeue_delay,
             max_backoff_duration=1,

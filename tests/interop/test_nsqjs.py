@@ -276,3 +276,25 @@ async def test_reader_requeue_then_finish(nsqd, nsqjs, http_get_json, http_post)
     assert c["depth"] == 0
     assert c["deferred_count"] == 0
     assert c["in_flight_count"] == 0
+
+
+async def test_reader_discovers_nsqds_through_our_lookupd(cluster, nsqjs, http):
+    """nsqjs's Reader with lookupdHTTPAddresses only: it finds both of our
+    nsqds through our nsqlookupd and gets the messages published on each."""
+    from .conftest import wait_lookup
+
+    lookupd, nsqds = cluster
+    topic = "nsqjs_lookupd"
+    for i, d in enumerate(nsqds):
+        d.get_topic(topic).publish([f"nsqd{i}-{j}".encode() for j in range(N // 2)])
+    await wait_lookup(http, lookupd, topic, 2)
+
+    r = await nsqjs("reader", "--lookupd", f"127.0.0.1:{lookupd.http_port}", "--topic", topic,
+                    "--channel", "ch", "--count", str(N), "--max-in-flight", "10")
+    done = await r.wait_event("done")
+    assert done["received"] == N, r.describe()
+    got = sorted(m["body"] for m in r.of("message"))
+    assert got == sorted(f"nsqd{i}-{j}" for i in range(2) for j in range(N // 2))
+    assert await r.finish() == 0, r.describe()
+    for d in nsqds:
+        assert d.topics[topic].channels["ch"].message_count == N // 2

@@ -210,3 +210,25 @@ async def test_heartbeats_keep_idle_connection(nsqd, pynsq, http_get_json):
     assert len(w.of("identify")) == 1, "the connection was re-established:\n" + w.describe()
     stats = await http_get_json("/stats", format="json", topic=topic)
     assert stats["topics"][0]["message_count"] == 4
+
+
+async def test_reader_discovers_nsqds_through_our_lookupd(cluster, pynsq, http):
+    """pynsq's Reader with lookupd_http_addresses only: it finds both of our
+    nsqds through our nsqlookupd and gets the messages published on each."""
+    from .conftest import wait_lookup
+
+    lookupd, nsqds = cluster
+    topic = "pynsq_lookupd"
+    for i, d in enumerate(nsqds):
+        d.get_topic(topic).publish([f"nsqd{i}-{j}".encode() for j in range(N // 2)])
+    data = await wait_lookup(http, lookupd, topic, 2)
+    assert {p["tcp_port"] for p in data["producers"]} == {d.tcp_port for d in nsqds}
+
+    r = await pynsq("reader", "--lookupd-http", f"127.0.0.1:{lookupd.http_port}",
+                    "--topic", topic, "--channel", "ch", "--count", str(N),
+                    "--max-in-flight", "10", "--timeout", "60")
+    assert await r.finish(timeout=60) == 0, r.describe()
+    bodies = sorted(m["body"] for m in r.of("message"))
+    assert bodies == sorted(f"nsqd{i}-{j}" for i in range(2) for j in range(N // 2))
+    for d in nsqds:
+        assert d.topics[topic].channels["ch"].message_count == N // 2

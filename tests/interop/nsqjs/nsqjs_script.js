@@ -20,6 +20,10 @@
  *     delivery with attempts == 1 is requeued with delay 0 (no backoff) and
  *     reported as a "requeue" event; later attempts are finished.
  *
+ * With --lookupd H:P (may be repeated) the Reader discovers nsqds through
+ * those nsqlookupds (lookupdHTTPAddresses, polled every --lookupd-poll S
+ * seconds) instead of --host/--port.
+ *
  * With --hold-stdin the client stays connected after "done" until stdin is
  * closed (so the test can inspect /stats), then closes and prints "closed".
  */
@@ -53,6 +57,8 @@ function parseArgs(argv) {
     requeue: false,
     holdStdin: false,
     timeout: 30,
+    lookupd: [],
+    lookupdPoll: 60,
   }
   const flags = {'--requeue': 'requeue', '--hold-stdin': 'holdStdin'}
   const valued = {
@@ -65,11 +71,14 @@ function parseArgs(argv) {
     '--defer-ms': ['deferMs', Number],
     '--max-in-flight': ['maxInFlight', Number],
     '--timeout': ['timeout', Number],
+    '--lookupd-poll': ['lookupdPoll', Number],
   }
   for (let i = 0; i < rest.length; i++) {
     const arg = rest[i]
     if (flags[arg]) {
       opts[flags[arg]] = true
+    } else if (arg === '--lookupd' && i + 1 < rest.length) {
+      opts.lookupd.push(rest[++i])
     } else if (valued[arg] && i + 1 < rest.length) {
       const [key, conv] = valued[arg]
       opts[key] = conv(rest[++i])
@@ -184,8 +193,11 @@ function runReader(opts) {
       return super.registerConnectionListeners(conn)
     }
   }
+  const where = opts.lookupd.length
+    ? {lookupdHTTPAddresses: opts.lookupd, lookupdPollInterval: opts.lookupdPoll}
+    : {nsqdTCPAddresses: [`${opts.host}:${opts.port}`]}
   const r = new TracingReader(opts.topic, opts.channel, {
-    nsqdTCPAddresses: [`${opts.host}:${opts.port}`],
+    ...where,
     maxInFlight: opts.maxInFlight,
   })
   const finished = new Set()
