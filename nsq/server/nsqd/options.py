@@ -114,7 +114,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     OptionSpec("log-level", "log_level", "str", "set log verbosity: debug, info, warn, error, or fatal"),
     OptionSpec("log-prefix", "log_prefix", "str", "log message prefix"),
     OptionSpec("lookupd-tcp-address", "nsqlookupd_tcp_addresses", "list",
-               "lookupd TCP address (may be given multiple times)" + _LATER),
+               "lookupd TCP address (may be given multiple times)"),
     OptionSpec("max-body-size", "max_body_size", "int", "maximum size of a single command body"),
     OptionSpec("max-bytes-per-file", "max_bytes_per_file", "int",
                "number of bytes per diskqueue file before rolling" + _LATER),
