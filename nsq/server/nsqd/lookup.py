@@ -172,11 +172,7 @@ class LookupPeer:
         next_ping = loop.time() + PING_INTERVAL
         while not self._closed:
             if not self._pending:
-                self._wakeup.clear()
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), max(0.0, next_ping - loop.time()))
-                except TimeoutError:
-                    pass
+                await self._idle(reader, max(0.0, next_ping - loop.time()))
             if self._closed:
                 return
             if self._pending:
@@ -187,6 +183,26 @@ class LookupPeer:
                 log.debug("LOOKUPD(%s): sending heartbeat", self.address)
                 await self._command(reader, writer, parser, encode_ping())
                 next_ping = loop.time() + PING_INTERVAL
+
+    async def _idle(self, reader: asyncio.StreamReader, timeout: float) -> None:
+        """Wait for a queued command or the next PING, watching the socket:
+        a lookupd that closes (restarts) is noticed at once, not at the next
+        PING as in Go, so re-registration follows within a second."""
+        self._wakeup.clear()
+        waker = asyncio.ensure_future(self._wakeup.wait())
+        watcher = asyncio.ensure_future(reader.read(1))
+        try:
+            done, _ = await asyncio.wait({waker, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waker, watcher):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(waker, watcher, return_exceptions=True)
+        if watcher in done and not watcher.cancelled():
+            data = watcher.result()
+            if not data:
+                raise LookupError_("connection closed by lookupd")
+            raise LookupError_(f"unexpected data from lookupd {data!r}")
 
     @staticmethod
     async def _command(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
