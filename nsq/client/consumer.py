@@ -14,7 +14,9 @@ topic (``broadcast_address:tcp_port``, the union over all lookupds) and
 drops connections to producers no lookupd lists any more. A discovered
 connection that closes is not retried on its own: the lookupds are asked
 again at once, and list the nsqd if it is still there.
-RDY backoff comes with a later release.
+RDY counts and backoff are decided by :class:`nsq.client.rdy.RdyController`
+(sans-IO): start at RDY 1, share ``max_in_flight``, back off exponentially
+after failures and test the waters with RDY 1.
 """
 
 from __future__ import annotations
@@ -23,17 +25,23 @@ import asyncio
 import inspect
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from nsq.client.connection import Connection
 from nsq.client.errors import ClientConfigError
 from nsq.client.message import Message
+from nsq.client.rdy import RdyController
 from nsq.protocol import commands
 from nsq.protocol.message import DecodedMessage
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
 
 __all__ = ["Consumer", "Handler"]
+
+
+def _now() -> float:
+    return time.monotonic()
 
 log = logging.getLogger("nsq.client")
 
@@ -64,6 +72,13 @@ class Consumer:
         lookupd_poll_interval: seconds between lookupd queries (go-nsq's 60 s).
         lookupd_poll_jitter: fraction of the interval each wait varies by
             (0..1), so many consumers do not ask at once.
+        backoff_multiplier: seconds; backoff level n waits
+            ``backoff_multiplier * 2**n`` (go-nsq's 1 s).
+        max_backoff_duration: seconds; the longest backoff wait (go-nsq's
+            2 min); 0 turns backoff off.
+        low_rdy_idle_timeout: seconds without a message before a
+            connection's RDY moves elsewhere when connections outnumber
+            ``max_in_flight`` (go-nsq's 10 s).
 
     Raises:
         ClientConfigError: invalid names or numbers.
@@ -85,6 +100,9 @@ class Consumer:
         lookupd_http_addresses: Iterable[str] = (),
         lookupd_poll_interval: float = 60.0,
         lookupd_poll_jitter: float = 0.3,
+        backoff_multiplier: float = 1.0,
+        max_backoff_duration: float = 120.0,
+        low_rdy_idle_timeout: float = 10.0,
     ) -> None:
         if not is_valid_topic_name(topic):
             raise ClientConfigError(f"invalid topic name {topic!r}")
@@ -117,7 +135,11 @@ class Consumer:
         self._discovered: set[str] = set()
         self._connecting: set[str] = set()
         self.connections: dict[str, Connection] = {}
-        self._rdy: dict[Connection, int] = {}
+        self.max_backoff_duration = max_backoff_duration
+        self.rdy = RdyController(max_in_flight, backoff_multiplier, max_backoff_duration or 1.0,
+                                 low_rdy_idle_timeout)
+        self._backoff_timer: asyncio.TimerHandle | None = None
+        self._tick_task: asyncio.Task | None = None
         self._in_flight: dict[Connection, int] = {}
         self._tasks: set[asyncio.Task] = set()
         self._reconnect_tasks: dict[str, asyncio.Task] = {}
@@ -138,6 +160,8 @@ class Consumer:
                 connection failed and no lookupd is configured (otherwise
                 failed ones are retried in the background).
         """
+        if self._tick_task is None:
+            self._tick_task = asyncio.get_running_loop().create_task(self._tick_loop())
         if self.lookupd_http_addresses:
             from nsq.client.lookupd import LookupdHTTPClient
 
@@ -186,7 +210,7 @@ class Consumer:
                     log.info("[%s] no longer a producer of %s, disconnecting", address, self.topic)
                     del self.connections[address]
                     self._drop(conn)
-                    self._redistribute()
+                    self._apply(self.rdy.remove(conn, _now()))
 
     async def _connect_discovered(self, address: str) -> None:
         try:
@@ -199,7 +223,6 @@ class Consumer:
 
     def _drop(self, conn: Connection) -> None:
         """Close a connection cleanly: CLS, then close once nsqd answers."""
-        self._rdy.pop(conn, None)
         self._in_flight.pop(conn, None)
 
         async def cls() -> None:
@@ -244,31 +267,48 @@ class Consumer:
         self.connections[address] = conn
         self._in_flight[conn] = 0
         log.info("[%s] subscribed to %s/%s", address, self.topic, self.channel)
-        self._redistribute()
+        cap = conn.features.get("max_rdy_count") if isinstance(conn.features, dict) else None
+        self._apply(self.rdy.add(conn, int(cap) if isinstance(cap, int) and cap > 0 else None, _now()))
 
-    def _redistribute(self) -> None:
-        """Spread max_in_flight over the connections (at least 1 each)."""
-        conns = [c for c in self.connections.values() if not c.closed]
-        if not conns:
-            return
-        share, extra = divmod(self.max_in_flight, len(conns))
-        for i, conn in enumerate(conns):
-            count = share + (1 if i < extra else 0)
-            if self.max_in_flight and count == 0:
-                count = 1
-            cap = conn.features.get("max_rdy_count") if isinstance(conn.features, dict) else None
-            if cap:
-                count = min(count, int(cap))
-            if self._closing:
-                count = 0
-            if self._rdy.get(conn) != count:
-                self._rdy[conn] = count
+    def _apply(self, sends) -> None:
+        """Send the RDY commands the controller decided."""
+        for conn, count in sends:
+            if not conn.closed:
                 conn.send(commands.rdy(count))
 
+    async def _tick_loop(self) -> None:
+        """Every 5 s: RDY redistribution when connections outnumber max_in_flight."""
+        while not self._closing:
+            await asyncio.sleep(5.0)
+            self._apply(self.rdy.tick(_now()))
+
+    def _schedule_backoff(self, wait: float | None) -> None:
+        if wait is None or self._closing:
+            return
+        if self._backoff_timer is not None:
+            self._backoff_timer.cancel()
+        log.warning("backing off for %.1fs (backoff level %d), RDY 0", wait, self.rdy.backoff_level)
+        self._backoff_timer = asyncio.get_running_loop().call_later(wait, self._backoff_expired)
+
+    def _backoff_expired(self) -> None:
+        self._backoff_timer = None
+        sends, wait = self.rdy.backoff_expired(_now())
+        if sends:
+            log.warning("backoff timeout expired, sending RDY 1 to test the waters")
+        self._apply(sends)
+        self._schedule_backoff(wait)
+
+    def set_max_in_flight(self, max_in_flight: int) -> None:
+        """Change ``max_in_flight`` live (0 pauses the consumer)."""
+        self.max_in_flight = max_in_flight
+        self._apply(self.rdy.set_max_in_flight(max_in_flight, _now()))
+
     def is_starved(self) -> bool:
-        """True if some connection has at least 85% of its RDY in flight."""
-        for conn, rdy in self._rdy.items():
-            if rdy and self._in_flight.get(conn, 0) >= rdy * 0.85:
+        """True if some connection has at least 85% of its RDY in flight
+        (seed 002: time to process a batch)."""
+        for conn, state in self.rdy.conns.items():
+            in_flight = self._in_flight.get(conn, 0)
+            if in_flight > 0 and in_flight >= state.rdy * 0.85:
                 return True
         return False
 
@@ -278,6 +318,11 @@ class Consumer:
             await self._closed.wait()
             return
         self._closing = True
+        self._apply(self.rdy.close(_now()))
+        if self._backoff_timer is not None:
+            self._backoff_timer.cancel()
+        if self._tick_task is not None:
+            self._tick_task.cancel()
         for task in self._reconnect_tasks.values():
             task.cancel()
         if self._poll_task is not None:
@@ -317,6 +362,9 @@ class Consumer:
     def _on_message(self, conn: Connection, decoded: DecodedMessage) -> None:
         self.message_count += 1
         self._in_flight[conn] = self._in_flight.get(conn, 0) + 1
+        sends = self.rdy.message(conn, _now())
+        if sends:
+            self._apply(sends)
         msg = Message(decoded.id, decoded.body, decoded.timestamp, decoded.attempts, self.topic, conn, self)
         if self.max_attempts and msg.attempts > self.max_attempts:
             log.warning("msg %s attempted %d times, giving up", msg.id.decode(), msg.attempts)
@@ -361,7 +409,8 @@ class Consumer:
         else:
             msg.finish()
 
-    def _finished(self, msg: Message, conn: Connection, data: bytes, failed: bool = False) -> None:
+    def _finished(self, msg: Message, conn: Connection, data: bytes, failed: bool = False,
+                  backoff: bool = True) -> None:
         if failed:
             self.requeue_count += 1
         else:
@@ -370,6 +419,12 @@ class Consumer:
             self._in_flight[conn] -= 1
         if not conn.closed:
             conn.send(data)
+        if self.max_backoff_duration > 0:
+            outcome = None if (failed and not backoff) else not failed
+            if outcome is not None and (outcome is False or self.rdy.backoff_level):
+                sends, wait = self.rdy.result(outcome, _now())
+                self._apply(sends)
+                self._schedule_backoff(wait)
 
     # -- connections ---------------------------------------------------------------
 
@@ -377,12 +432,12 @@ class Consumer:
         address = conn.address
         if self.connections.get(address) is conn:
             del self.connections[address]
-        self._rdy.pop(conn, None)
         self._in_flight.pop(conn, None)
+        sends = self.rdy.remove(conn, _now())
         if self._closing:
             return
         log.warning("[%s] connection closed%s", address, f": {conn.close_error}" if conn.close_error else "")
-        self._redistribute()
+        self._apply(sends)
         if address in self._discovered:
             self._discovered.discard(address)
             self._recheck.set()  # ask the lookupds again rather than retry blindly

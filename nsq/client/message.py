@@ -45,13 +45,20 @@ class Message:
             self.responded = True
             self._consumer._finished(self, self._conn, commands.fin(self.id))
 
-    def requeue(self, delay_ms: int | None = None) -> None:
-        """REQ: retry later; ``delay_ms`` None uses the consumer's backoff-by-attempts."""
+    def requeue(self, delay_ms: int | None = None, backoff: bool = True) -> None:
+        """REQ: retry later.
+
+        Args:
+            delay_ms: None uses the consumer's delay, growing with attempts.
+            backoff: count this as a failure for the consumer's backoff
+                (go-nsq's Requeue vs RequeueWithoutBackoff).
+        """
         if not self.responded:
             self.responded = True
             if delay_ms is None:
                 delay_ms = self._consumer.requeue_delay_ms(self.attempts)
-            self._consumer._finished(self, self._conn, commands.req(self.id, delay_ms), failed=True)
+            self._consumer._finished(self, self._conn, commands.req(self.id, delay_ms), failed=True,
+                                     backoff=backoff)
 
     def touch(self) -> None:
         """TOUCH: reset the in-flight timeout."""

@@ -26,6 +26,9 @@ _KNOWN: dict[str, tuple[str, str]] = {
     "max_requeue_delay": ("consumer", "ms"),
     "lookupd_poll_interval": ("consumer", "s"),
     "lookupd_poll_jitter": ("consumer", "float"),
+    "backoff_multiplier": ("consumer", "s"),
+    "max_backoff_duration": ("consumer", "s"),
+    "low_rdy_idle_timeout": ("consumer", "s"),
 }
 _CONSUMER_ARGS = {
     "max_in_flight": "max_in_flight",
@@ -34,9 +37,12 @@ _CONSUMER_ARGS = {
     "max_requeue_delay": "max_requeue_delay_ms",
     "lookupd_poll_interval": "lookupd_poll_interval",
     "lookupd_poll_jitter": "lookupd_poll_jitter",
+    "backoff_multiplier": "backoff_multiplier",
+    "max_backoff_duration": "max_backoff_duration",
+    "low_rdy_idle_timeout": "low_rdy_idle_timeout",
 }
 _LATER = {"tls_v1", "snappy", "deflate", "deflate_level", "auth_secret",
-          "backoff_strategy", "max_backoff_duration", "tls_root_ca_file", "tls_insecure_skip_verify",
+          "backoff_strategy", "tls_root_ca_file", "tls_insecure_skip_verify",
           "tls_cert", "tls_key", "tls_min_version"}
 
 

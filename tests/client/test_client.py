@@ -72,7 +72,7 @@ async def test_async_handler_and_max_attempts(nsqd):
         return False  # always fail
 
     c = Consumer("t", "c", handler, [nsqd.tcp_address], max_in_flight=1, max_attempts=2,
-                 requeue_delay_ms=0, on_give_up=gave_up.append)
+                 requeue_delay_ms=0, on_give_up=gave_up.append, backoff_multiplier=0.02)
     await c.start()
     async with Producer(nsqd.tcp_address) as p:
         await p.publish("t", b"doomed")
