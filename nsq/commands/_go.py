@@ -149,5 +149,10 @@ def flag_values(specs, flags: dict[str, Any]) -> dict[str, Any]:
         value = flags.get(_param_name(spec.flag))
         if value is None or (spec.kind in ("list", "floatlist") and not value):
             continue
+        if spec.kind == "duration" and isinstance(value, float):
+            # GoDuration already gave seconds; coerce() would read a number as
+            # milliseconds (the TOML config rule)
+            values[spec.cfg] = value
+            continue
         values[spec.cfg] = coerce(spec, list(value) if isinstance(value, tuple) else value)
     return values

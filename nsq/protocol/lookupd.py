@@ -86,6 +86,10 @@ _STR_FIELDS = ("hostname", "broadcast_address", "version", "remote_address")
 _INT_FIELDS = ("tcp_port", "http_port")
 
 
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
 def decode_peer_info(body: bytes) -> PeerInfo:
     """Decode an IDENTIFY body the way Go's ``json.Unmarshal`` into PeerInfo does.
 
@@ -99,7 +103,9 @@ def decode_peer_info(body: bytes) -> PeerInfo:
     """
     bad_json = ClientError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
     try:
-        data = json.loads(body)
+        # as Go: UTF-8 only (no UTF-16/32 sniffing), invalid bytes become
+        # U+FFFD, and NaN / Infinity are not JSON
+        data = json.loads(body.decode("utf-8", "replace"), parse_constant=_reject_constant)
     except (ValueError, RecursionError):
         raise bad_json from None
     info = PeerInfo()

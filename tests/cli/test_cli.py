@@ -134,3 +134,15 @@ def test_pub_errors_are_clean(nsqd_proc):
     assert r.returncode != 0 and b"Traceback" not in r.stderr
     r = run_nsq("tail", "--topic", "t", "--nsqd-tcp-address", nsqd_proc.tcp, "--consumer-opt", "bogus,1")
     assert r.returncode != 0 and b"unknown option" in r.stderr
+
+
+def test_nsqd_duration_flags_are_seconds_not_milliseconds():
+    """Regression: `--msg-timeout 5s` once came out as 5 ms (a float from the
+    flag parser was read again as milliseconds)."""
+    d = NSQDProcess(NSQ, ["--msg-timeout=5s", "-max-req-timeout", "1m0s", "--sync-timeout=250ms"])
+    try:
+        assert json.loads(d.get("/config/msg_timeout")) == 5_000_000_000
+        assert json.loads(d.get("/config/max_req_timeout")) == 60_000_000_000
+        assert json.loads(d.get("/config/sync_timeout")) == 250_000_000
+    finally:
+        assert d.stop() == 0
