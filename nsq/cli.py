@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "lookupd": ("nsq.commands.lookupd", "lookupd", "Run nsqlookupd, the directory nsqds register with and consumers query."),
     "nsqd": ("nsq.commands.nsqd", "nsqd", "Run nsqd, the daemon that receives, queues and delivers messages."),
     "pub": ("nsq.commands.pub", "pub", "Publish stdin (split on a delimiter) or arguments to a topic (to_nsq)."),
+    "stat": ("nsq.commands.stat", "stat", "Poll /stats of a topic's producers and print a channel's totals (nsq_stat)."),
     "tail": ("nsq.commands.tail", "tail", "Consume a topic/channel and write messages to stdout (nsq_tail)."),
 }
 

@@ -146,3 +146,26 @@ def test_nsqd_duration_flags_are_seconds_not_milliseconds():
         assert json.loads(d.get("/config/sync_timeout")) == 250_000_000
     finally:
         assert d.stop() == 0
+
+
+def test_stat_prints_go_columns(nsqd_proc):
+    """`nsq stat`: Go nsq_stat's header, then one row per interval after the
+    first poll, with the channel's counters summed from /stats."""
+    nsqd_proc.post("/topic/create?topic=st", b"")
+    nsqd_proc.post("/channel/create?topic=st&channel=c", b"")
+    for _ in range(3):
+        assert nsqd_proc.post("/pub?topic=st", b"m") == b"OK"
+    r = run_nsq("stat", "--topic=st", "--channel=c", f"--nsqd-http-address={nsqd_proc.http}",
+                "--count=2", "--interval=200ms")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.decode().splitlines()
+    assert lines[0].startswith("------rate------+") and "depth" in lines[0] and "metadata" in lines[0]
+    assert lines[1].split() == ["ingress", "egress", "|", "total", "mem", "disk", "inflt", "def", "|",
+                                "req", "t-o", "msgs", "clients"]
+    assert len(lines) == 3, lines
+    assert lines[2].split() == ["0", "0", "|", "3", "3", "0", "0", "0", "|", "0", "0", "3", "0"]
+
+    r = run_nsq("stat", "--topic=st", "--channel=nope", f"--nsqd-http-address={nsqd_proc.http}", "--count=1")
+    assert r.returncode != 0 and b"failed to find channel(nope)" in r.stderr and b"Traceback" not in r.stderr
+    r = run_nsq("stat", "--topic=st", "--channel=c")
+    assert r.returncode != 0 and b"--nsqd-http-address or --lookupd-http-address required" in r.stderr
