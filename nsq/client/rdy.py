@@ -114,7 +114,7 @@ class RdyController:
         ``max_in_flight`` leaves (go-nsq's updateRDY)."""
         c = self.conns[key]
         count = min(count, c.max_rdy)
-        if count > 0:
+        if count > c.rdy:  # lowering (or re-sending) a count is always allowed
             room = self.max_in_flight - (self.total_rdy - c.rdy)
             if room <= 0:
                 return
@@ -153,12 +153,24 @@ class RdyController:
     def rebalance(self, now: float) -> Sends:
         """Give every connection its share (not during backoff or close)."""
         out: Sends = []
-        if self.closing or self.in_backoff():
+        if self.closing or self.in_backoff_wait:
+            return out
+        if self.in_backoff():
+            # the connection testing the waters went away: test on another
+            if self.conns and self.total_rdy == 0 and self.max_in_flight:
+                self._set(self.rng.choice(list(self.conns)), 1, now, out)
             return out
         share = self.per_conn()
         for key, c in self.conns.items():
             if c.rdy > share:
                 self._set(key, share, now, out)
+        # more connections at RDY 1 than a lowered max_in_flight: the longest
+        # idle give theirs up (tick() hands RDY out again later)
+        for key, c in sorted(self.conns.items(), key=lambda kc: kc[1].last_message):
+            if self.total_rdy <= self.max_in_flight:
+                break
+            if c.rdy:
+                self._set(key, 0, now, out)
         if len(self.conns) <= self.max_in_flight:
             for key, c in self.conns.items():
                 if c.rdy < share:
