@@ -16,7 +16,7 @@ import click
 
 from nsq.server.durations import format_duration, parse_duration
 
-__all__ = ["GoBool", "GoCommand", "GoDuration", "fail", "flag_values", "run_async", "spec_options"]
+__all__ = ["GoBool", "GoCommand", "GoDuration", "fail", "flag_values", "run_async", "serve_daemon", "spec_options"]
 
 
 class GoCommand(click.Command):
@@ -156,3 +156,26 @@ def flag_values(specs, flags: dict[str, Any]) -> dict[str, Any]:
             continue
         values[spec.cfg] = coerce(spec, list(value) if isinstance(value, tuple) else value)
     return values
+
+
+async def serve_daemon(daemon: Any, log: Any) -> int:
+    """Start ``daemon`` (``await start()``), run until SIGINT/SIGTERM, then
+    ``await stop()``. Returns the exit code: 1 if it could not start."""
+    import signal
+
+    try:
+        await daemon.start()
+    except (OSError, ValueError) as exc:
+        log.critical("failed to start: %s", exc)
+        await daemon.stop()
+        return 1
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    await stop.wait()
+    await daemon.stop()
+    return 0

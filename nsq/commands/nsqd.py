@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import signal
 from typing import Any
 
 import click
 
 from nsq import NSQ_VERSION, __version__
-from nsq.commands._go import GoBool, GoCommand, fail, flag_values, run_async, spec_options
+from nsq.commands._go import GoBool, GoCommand, fail, flag_values, run_async, serve_daemon, spec_options
 from nsq.server.nsqd.options import OPTION_SPECS, ConfigError, NSQDOptions, load_config
 
 __all__ = ["nsqd"]
@@ -77,20 +75,4 @@ async def _serve(opts: NSQDOptions) -> int:
     log = logging.getLogger("nsq.nsqd")
     log.info("nsqd v%s (nsq-python %s)", NSQ_VERSION, __version__)
     log.info("ID: %d", opts.node_id)
-    daemon = NSQD(opts)
-    try:
-        await daemon.start()
-    except (OSError, ValueError) as exc:
-        log.critical("failed to start: %s", exc)
-        await daemon.stop()
-        return 1
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
-    await stop.wait()
-    await daemon.stop()
-    return 0
+    return await serve_daemon(NSQD(opts), log)

@@ -13,7 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["HTTPError", "HTTPListener", "json_response", "text_response", "read_limited", "NSQ_HEADERS"]
+__all__ = ["NSQ_HEADERS", "HTTPError", "HTTPListener", "json_response", "read_limited", "text_response",
+           "topic_channel_args"]
 
 NSQ_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 
@@ -70,6 +71,28 @@ async def read_limited(request: web.Request, limit: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def topic_channel_args(request: web.Request) -> tuple[str, str]:
+    """``(topic, channel)`` from the query, checked as Go's
+    http_api.GetTopicChannelArgs (400 ``MISSING_ARG_TOPIC``,
+    ``INVALID_ARG_TOPIC``, ``MISSING_ARG_CHANNEL``, ``INVALID_ARG_CHANNEL``).
+
+    Raises:
+        HTTPError: a missing or invalid name.
+    """
+    from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
+
+    q = request.query
+    if "topic" not in q:
+        raise HTTPError(400, "MISSING_ARG_TOPIC")
+    if not is_valid_topic_name(q["topic"]):
+        raise HTTPError(400, "INVALID_ARG_TOPIC")
+    if "channel" not in q:
+        raise HTTPError(400, "MISSING_ARG_CHANNEL")
+    if not is_valid_channel_name(q["channel"]):
+        raise HTTPError(400, "INVALID_ARG_CHANNEL")
+    return q["topic"], q["channel"]
 
 
 class HTTPListener:

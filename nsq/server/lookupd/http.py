@@ -18,8 +18,8 @@ import aiohttp
 from aiohttp import web
 
 from nsq import NSQ_VERSION
-from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
-from nsq.server.httpapi import HTTPError, HTTPListener, json_response, text_response
+from nsq.protocol.names import is_valid_topic_name
+from nsq.server.httpapi import HTTPError, HTTPListener, json_response, text_response, topic_channel_args
 from nsq.server.lookupd.registration_db import Producer, keys, subkeys
 
 if TYPE_CHECKING:
@@ -34,20 +34,6 @@ def _topic_arg(request: web.Request) -> str:
     if "topic" not in request.query:
         raise HTTPError(400, "MISSING_ARG_TOPIC")
     return request.query["topic"]
-
-
-def _topic_channel_args(request: web.Request) -> tuple[str, str]:
-    """Go's http_api.GetTopicChannelArgs."""
-    q = request.query
-    if "topic" not in q:
-        raise HTTPError(400, "MISSING_ARG_TOPIC")
-    if not is_valid_topic_name(q["topic"]):
-        raise HTTPError(400, "INVALID_ARG_TOPIC")
-    if "channel" not in q:
-        raise HTTPError(400, "MISSING_ARG_CHANNEL")
-    if not is_valid_channel_name(q["channel"]):
-        raise HTTPError(400, "INVALID_ARG_CHANNEL")
-    return q["topic"], q["channel"]
 
 
 class LookupdHTTPServer:
@@ -199,7 +185,7 @@ class LookupdHTTPServer:
 
     async def channel_create(self, request: web.Request) -> web.Response:
         """POST /channel/create?topic=&channel=: make the channel (and its topic) known."""
-        topic, channel = _topic_channel_args(request)
+        topic, channel = topic_channel_args(request)
         db = self.lookupd.db
         log.info("DB: adding channel(%s) in topic(%s)", channel, topic)
         db.add_registration(("channel", topic, channel))
@@ -210,7 +196,7 @@ class LookupdHTTPServer:
     async def channel_delete(self, request: web.Request) -> web.Response:
         """POST /channel/delete?topic=&channel=: forget the channel and delete
         it on every nsqd registered for it; 404 ``CHANNEL_NOT_FOUND``."""
-        topic, channel = _topic_channel_args(request)
+        topic, channel = topic_channel_args(request)
         db = self.lookupd.db
         regs = db.find_registrations("channel", topic, channel)
         if not regs:

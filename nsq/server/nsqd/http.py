@@ -15,8 +15,15 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from nsq import NSQ_VERSION
-from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
-from nsq.server.httpapi import HTTPError, HTTPListener, json_response, read_limited, text_response
+from nsq.protocol.names import is_valid_topic_name
+from nsq.server.httpapi import (
+    HTTPError,
+    HTTPListener,
+    json_response,
+    read_limited,
+    text_response,
+    topic_channel_args,
+)
 from nsq.server.nsqd.options import SPEC_BY_CFG, describe
 from nsq.server.nsqd.stats import get_stats, render_text
 from nsq.server.nsqd.topic import TopicFull
@@ -88,19 +95,11 @@ class NSQDHTTPServer:
 
     def _existing_topic_channel(self, request: web.Request):
         """Go's getExistingTopicFromQuery: (topic, channel name)."""
-        q = request.query
-        if "topic" not in q:
-            raise HTTPError(400, "MISSING_ARG_TOPIC")
-        if not is_valid_topic_name(q["topic"]):
-            raise HTTPError(400, "INVALID_ARG_TOPIC")
-        if "channel" not in q:
-            raise HTTPError(400, "MISSING_ARG_CHANNEL")
-        if not is_valid_channel_name(q["channel"]):
-            raise HTTPError(400, "INVALID_ARG_CHANNEL")
-        topic = self.nsqd.get_existing_topic(q["topic"])
+        topic_name, channel = topic_channel_args(request)
+        topic = self.nsqd.get_existing_topic(topic_name)
         if topic is None:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
-        return topic, q["channel"]
+        return topic, channel
 
     def _check_exiting(self) -> None:
         if self.nsqd.exiting:
