@@ -16,7 +16,8 @@ import click
 
 from nsq.server.durations import format_duration, parse_duration
 
-__all__ = ["GoBool", "GoCommand", "GoDuration", "fail", "flag_values", "run_async", "serve_daemon", "spec_options"]
+__all__ = ["GoBool", "GoCommand", "GoDuration", "fail", "flag_values", "collect_options", "run_async", "serve_daemon",
+           "spec_options"]
 
 
 class GoCommand(click.Command):
@@ -179,3 +180,24 @@ async def serve_daemon(daemon: Any, log: Any) -> int:
     await stop.wait()
     await daemon.stop()
     return 0
+
+
+def collect_options(options: Any, specs, load_config, config: str | None, flags: dict[str, Any]) -> Any:
+    """Fill the options dataclass ``options``: its defaults, then the TOML
+    ``config`` file (read with ``load_config``), then the flags given on the
+    command line (Go's precedence); check ``log_level``.
+
+    Raises:
+        nsq.server.options.ConfigError: a bad config file, value or log level.
+    """
+    from nsq.server.options import ConfigError
+
+    values: dict[str, Any] = {}
+    if config:
+        values.update(load_config(config))
+    values.update(flag_values(specs, flags))
+    for key, value in values.items():
+        setattr(options, key, value)
+    if options.log_level.lower() not in ("debug", "info", "warn", "warning", "error", "fatal"):
+        raise ConfigError(f"invalid --log-level {options.log_level!r} (debug, info, warn, error, fatal)")
+    return options

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from nsq import NSQ_VERSION, __version__
-from nsq.commands._go import GoBool, GoCommand, fail, flag_values, run_async, serve_daemon, spec_options
+from nsq.commands._go import GoBool, GoCommand, collect_options, fail, run_async, serve_daemon, spec_options
 from nsq.server.lookupd.options import OPTION_SPECS, ConfigError, LookupdOptions, load_config
 
 __all__ = ["lookupd"]
@@ -22,15 +22,7 @@ def build_options(config: str | None, flags: dict[str, Any]) -> LookupdOptions:
     Raises:
         ConfigError: a bad config file or value.
     """
-    values: dict[str, Any] = {}
-    if config:
-        values.update(load_config(config))
-    values.update(flag_values(OPTION_SPECS, flags))
-    opts = LookupdOptions()
-    for key, value in values.items():
-        setattr(opts, key, value)
-    if opts.log_level.lower() not in ("debug", "info", "warn", "warning", "error", "fatal"):
-        raise ConfigError(f"invalid --log-level {opts.log_level!r} (debug, info, warn, error, fatal)")
+    opts = collect_options(LookupdOptions(), OPTION_SPECS, load_config, config, flags)
     return opts
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from nsq import NSQ_VERSION, __version__
-from nsq.commands._go import GoBool, GoCommand, fail, flag_values, run_async, serve_daemon, spec_options
+from nsq.commands._go import GoBool, GoCommand, collect_options, fail, run_async, serve_daemon, spec_options
 from nsq.server.nsqd.options import OPTION_SPECS, ConfigError, NSQDOptions, load_config
 
 __all__ = ["nsqd"]
@@ -23,19 +23,11 @@ def build_options(config: str | None, flags: dict[str, Any]) -> NSQDOptions:
     Raises:
         ConfigError: a bad config file or value.
     """
-    values: dict[str, Any] = {}
-    if config:
-        values.update(load_config(config))
-    values.update(flag_values(OPTION_SPECS, flags))
-    opts = NSQDOptions()
-    for key, value in values.items():
-        setattr(opts, key, value)
+    opts = collect_options(NSQDOptions(), OPTION_SPECS, load_config, config, flags)
     if not opts.data_path:
         opts.data_path = os.getcwd()  # Go nsqd's default
     if not 0 <= opts.node_id < 1024:
         raise ConfigError(f"--node-id must be in [0,1024), got {opts.node_id}")
-    if opts.log_level.lower() not in ("debug", "info", "warn", "warning", "error", "fatal"):
-        raise ConfigError(f"invalid --log-level {opts.log_level!r} (debug, info, warn, error, fatal)")
     return opts
 
 

@@ -17,22 +17,6 @@ import pytest
 
 from nsq.client import Consumer
 from nsq.server.nsqd.nsqd import NSQD
-from nsq.server.nsqd.options import NSQDOptions
-
-
-@pytest.fixture
-async def make_nsqd() -> AsyncIterator[Callable[..., Awaitable[NSQD]]]:
-    started: list[NSQD] = []
-
-    async def factory(**options: Any) -> NSQD:
-        d = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", **options))
-        await d.start()
-        started.append(d)
-        return d
-
-    yield factory
-    for d in started:
-        await d.stop()
 
 
 @pytest.fixture

@@ -9,25 +9,7 @@ import aiohttp
 import pytest
 
 from nsq.server.nsqd.nsqd import NSQD
-from nsq.server.nsqd.options import NSQDOptions
 from .helpers import HTTP, Conn
-
-
-@pytest.fixture
-async def make_nsqd() -> AsyncIterator[Callable[..., Awaitable[NSQD]]]:
-    """Factory: ``await make_nsqd(mem_queue_size=5)`` starts an nsqd."""
-    started: list[NSQD] = []
-
-    async def factory(**options: Any) -> NSQD:
-        opts = NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", **options)
-        d = NSQD(opts)
-        await d.start()
-        started.append(d)
-        return d
-
-    yield factory
-    for d in started:
-        await d.stop()
 
 
 @pytest.fixture
