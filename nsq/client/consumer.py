@@ -59,8 +59,9 @@ class Consumer:
             requeues, unless the handler already answered the message.
         nsqd_tcp_addresses: ``host:port`` of each nsqd to connect to.
         max_in_flight: messages in flight over all connections.
-        max_attempts: give up after this many attempts (0 = never): the
-            message is finished and ``on_give_up`` called.
+        max_attempts: give up after this many attempts (0 = never; 5 as
+            go-nsq and pynsq): the message is finished and ``on_give_up``
+            called.
         requeue_delay_ms: base REQ delay; grows linearly with attempts up to
             ``max_requeue_delay_ms``.
         identify: extra IDENTIFY fields (``msg_timeout`` ms,
@@ -79,6 +80,11 @@ class Consumer:
         low_rdy_idle_timeout: seconds without a message before a
             connection's RDY moves elsewhere when connections outnumber
             ``max_in_flight`` (go-nsq's 10 s).
+        connect_timeout: seconds for TCP connect plus IDENTIFY (go-nsq's
+            ``dial_timeout``).
+        lookupd_client: a :class:`~nsq.client.lookupd.LookupdHTTPClient`
+            to share (its timeouts are used; the consumer does not close
+            it); by default the consumer makes and closes its own.
 
     Raises:
         ClientConfigError: invalid names or numbers.
@@ -91,7 +97,7 @@ class Consumer:
         handler: Handler,
         nsqd_tcp_addresses: Iterable[str] = (),
         max_in_flight: int = 1,
-        max_attempts: int = 0,
+        max_attempts: int = 5,
         requeue_delay_ms: int = 90_000,
         max_requeue_delay_ms: int = 900_000,
         identify: dict[str, Any] | None = None,
@@ -103,6 +109,8 @@ class Consumer:
         backoff_multiplier: float = 1.0,
         max_backoff_duration: float = 120.0,
         low_rdy_idle_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
+        lookupd_client: Any = None,
     ) -> None:
         if not is_valid_topic_name(topic):
             raise ClientConfigError(f"invalid topic name {topic!r}")
@@ -125,10 +133,12 @@ class Consumer:
         self.identify = dict(identify or {})
         self.on_give_up = on_give_up
         self.reconnect_max_delay = reconnect_max_delay
+        self.connect_timeout = connect_timeout
         self.lookupd_http_addresses = list(dict.fromkeys(lookupd_http_addresses))
         self.lookupd_poll_interval = lookupd_poll_interval
         self.lookupd_poll_jitter = lookupd_poll_jitter
-        self._lookupd_client = None
+        self._lookupd_client = lookupd_client
+        self._own_lookupd_client = lookupd_client is None
         self._poll_task: asyncio.Task | None = None
         self._recheck = asyncio.Event()
         #: nsqd addresses found through lookupd (not in ``addresses``)
@@ -165,7 +175,8 @@ class Consumer:
         if self.lookupd_http_addresses:
             from nsq.client.lookupd import LookupdHTTPClient
 
-            self._lookupd_client = LookupdHTTPClient(user_agent=self.identify.get("user_agent"))
+            if self._lookupd_client is None:
+                self._lookupd_client = LookupdHTTPClient(user_agent=self.identify.get("user_agent"))
             await self.query_lookupd()
             self._poll_task = asyncio.get_running_loop().create_task(self._poll_lookupd())
         if not self.addresses:
@@ -258,7 +269,8 @@ class Consumer:
         await self._connect(address)
 
     async def _connect(self, address: str) -> None:
-        conn = Connection(address, self.identify, on_message=self._on_message, on_close=self._on_close)
+        conn = Connection(address, self.identify, on_message=self._on_message, on_close=self._on_close,
+                          connect_timeout=self.connect_timeout)
         await conn.connect()
         await conn.command(commands.sub(self.topic, self.channel))
         if self._closing:
@@ -327,7 +339,7 @@ class Consumer:
             task.cancel()
         if self._poll_task is not None:
             self._poll_task.cancel()
-        if self._lookupd_client is not None:
+        if self._lookupd_client is not None and self._own_lookupd_client:
             await self._lookupd_client.close()
         waits = []
         for conn in list(self.connections.values()):

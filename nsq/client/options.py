@@ -1,4 +1,15 @@
-"""``--consumer-opt`` / ``--producer-opt`` ``key,value`` pairs (go-nsq Config names)."""
+"""``--consumer-opt`` / ``--producer-opt`` ``key,value`` pairs, by go-nsq Config name.
+
+The Go utilities pass these to ``nsq.Config.Set`` (go-nsq ``ConfigFlag``):
+``key,value`` sets a key and a bare ``key`` means ``true``. Every go-nsq
+v1.1 Config name is known here; each maps to an IDENTIFY field, a Consumer
+keyword argument, a connection setting, or (for keys whose effect go-nsq
+has and ours does not need: ``read_timeout``, ``write_timeout``,
+``local_addr``, ``low_rdy_timeout``, ``rdy_redistribute_interval``) is
+checked and then accepted without effect. The same Config serves producers
+and consumers in go-nsq, so consumer-only keys are accepted and ignored by
+producers, as Go's ``--producer-opt`` does.
+"""
 
 from __future__ import annotations
 
@@ -7,43 +18,61 @@ from typing import Any
 from nsq.client.errors import ClientConfigError
 from nsq.server.durations import parse_duration
 
-__all__ = ["parse_opts"]
+__all__ = ["parse_opts", "GO_NSQ_OPTIONS"]
 
-# go-nsq Config key -> (where it goes, kind). "identify" keys go into IDENTIFY
-# (durations as ms); "consumer" keys are Consumer arguments.
-_KNOWN: dict[str, tuple[str, str]] = {
-    "client_id": ("identify", "str"),
-    "hostname": ("identify", "str"),
-    "user_agent": ("identify", "str"),
-    "heartbeat_interval": ("identify", "ms"),
-    "msg_timeout": ("identify", "ms"),
-    "output_buffer_size": ("identify", "int"),
-    "output_buffer_timeout": ("identify", "ms"),
-    "sample_rate": ("identify", "int"),
-    "max_in_flight": ("consumer", "int"),
-    "max_attempts": ("consumer", "int"),
-    "default_requeue_delay": ("consumer", "ms"),
-    "max_requeue_delay": ("consumer", "ms"),
-    "lookupd_poll_interval": ("consumer", "s"),
-    "lookupd_poll_jitter": ("consumer", "float"),
-    "backoff_multiplier": ("consumer", "s"),
-    "max_backoff_duration": ("consumer", "s"),
-    "low_rdy_idle_timeout": ("consumer", "s"),
+# go-nsq Config key -> (where it goes, kind, our name). "identify" keys go into
+# IDENTIFY (durations as ms); "consumer" keys are Consumer arguments;
+# "connection" keys are arguments of both Consumer and Producer; "accepted"
+# keys are validated and have no effect.
+GO_NSQ_OPTIONS: dict[str, tuple[str, str, str]] = {
+    "client_id": ("identify", "str", "client_id"),
+    "hostname": ("identify", "str", "hostname"),
+    "user_agent": ("identify", "str", "user_agent"),
+    "heartbeat_interval": ("identify", "ms", "heartbeat_interval"),
+    "msg_timeout": ("identify", "ms", "msg_timeout"),
+    "output_buffer_size": ("identify", "int", "output_buffer_size"),
+    "output_buffer_timeout": ("identify", "ms", "output_buffer_timeout"),
+    "sample_rate": ("identify", "int", "sample_rate"),
+    "dial_timeout": ("connection", "s", "connect_timeout"),
+    "max_in_flight": ("consumer", "int", "max_in_flight"),
+    "max_attempts": ("consumer", "int", "max_attempts"),
+    "default_requeue_delay": ("consumer", "ms", "requeue_delay_ms"),
+    "max_requeue_delay": ("consumer", "ms", "max_requeue_delay_ms"),
+    "lookupd_poll_interval": ("consumer", "s", "lookupd_poll_interval"),
+    "lookupd_poll_jitter": ("consumer", "float", "lookupd_poll_jitter"),
+    "backoff_multiplier": ("consumer", "s", "backoff_multiplier"),
+    "max_backoff_duration": ("consumer", "s", "max_backoff_duration"),
+    "low_rdy_idle_timeout": ("consumer", "s", "low_rdy_idle_timeout"),
+    "read_timeout": ("accepted", "s", ""),
+    "write_timeout": ("accepted", "s", ""),
+    "local_addr": ("accepted", "str", ""),
+    "low_rdy_timeout": ("accepted", "s", ""),
+    "rdy_redistribute_interval": ("accepted", "s", ""),
+    "rdy_redistribute_on_idle": ("accepted", "bool", ""),
+    "backoff_strategy": ("accepted", "strategy", ""),
 }
-_CONSUMER_ARGS = {
-    "max_in_flight": "max_in_flight",
-    "max_attempts": "max_attempts",
-    "default_requeue_delay": "requeue_delay_ms",
-    "max_requeue_delay": "max_requeue_delay_ms",
-    "lookupd_poll_interval": "lookupd_poll_interval",
-    "lookupd_poll_jitter": "lookupd_poll_jitter",
-    "backoff_multiplier": "backoff_multiplier",
-    "max_backoff_duration": "max_backoff_duration",
-    "low_rdy_idle_timeout": "low_rdy_idle_timeout",
-}
+# go-nsq names whose features (TLS, compression, AUTH) this client does not
+# negotiate yet.
 _LATER = {"tls_v1", "snappy", "deflate", "deflate_level", "auth_secret",
-          "backoff_strategy", "tls_root_ca_file", "tls_insecure_skip_verify",
-          "tls_cert", "tls_key", "tls_min_version"}
+          "tls_root_ca_file", "tls_insecure_skip_verify", "tls_cert", "tls_key", "tls_min_version"}
+# go-nsq's range checks (min, max), in the unit the value is parsed to (ms or s)
+_RANGES: dict[str, tuple[float, float]] = {
+    "max_in_flight": (0, float("inf")),
+    "max_attempts": (0, 65535),
+    "sample_rate": (0, 99),
+    "lookupd_poll_jitter": (0, 1),
+    "heartbeat_interval": (-1, float("inf")),
+    "default_requeue_delay": (0, 60 * 60_000),
+    "max_requeue_delay": (0, 60 * 60_000),
+    "lookupd_poll_interval": (0.010, 5 * 60),
+    "max_backoff_duration": (0, 60 * 60),
+    "backoff_multiplier": (0, 60 * 60),
+    "low_rdy_idle_timeout": (1, 5 * 60),
+    "output_buffer_size": (-1, float("inf")),
+    "msg_timeout": (0, float("inf")),
+}
+_TRUE = {"true", "1", "t", "yes", "y", "on"}
+_FALSE = {"false", "0", "f", "no", "n", "off"}
 
 
 def _ms(value: str) -> int:
@@ -53,14 +82,44 @@ def _ms(value: str) -> int:
     return int(parse_duration(value) * 1000)
 
 
+def _parse(kind: str, value: str) -> Any:
+    if kind == "str":
+        return value
+    if kind == "ms":
+        return _ms(value)
+    if kind == "s":
+        return _ms(value) / 1000.0
+    if kind == "float":
+        return float(value)
+    if kind == "bool":
+        low = value.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ValueError(value)
+    if kind == "strategy":
+        if value not in ("exponential", "full_jitter"):
+            raise ValueError(value)
+        return value
+    return int(value)
+
+
 def parse_opts(pairs: tuple[str, ...] | list[str], consumer: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Parse ``key,value`` options.
+    """Parse go-nsq ``key,value`` options (a bare ``key`` means ``true``).
+
+    Args:
+        pairs: the ``--consumer-opt``/``--producer-opt`` values.
+        consumer: False for a producer: consumer-only keys are then accepted
+            and ignored, as go-nsq's shared Config does.
 
     Returns:
-        (IDENTIFY fields, Consumer keyword arguments).
+        (IDENTIFY fields, keyword arguments for Consumer, or for Producer:
+        only ``connect_timeout``).
 
     Raises:
-        ClientConfigError: malformed pair, unknown key or bad value.
+        ClientConfigError: unknown key, a value that does not parse, a
+            value out of go-nsq's range, or a feature not negotiated yet.
     """
     identify: dict[str, Any] = {}
     kwargs: dict[str, Any] = {}
@@ -68,28 +127,24 @@ def parse_opts(pairs: tuple[str, ...] | list[str], consumer: bool) -> tuple[dict
         key, sep, value = pair.partition(",")
         key = key.strip()
         if not sep:
-            raise ClientConfigError(f"invalid option {pair!r}: expected key,value")
+            value = "true"
         if key in _LATER:
             raise ClientConfigError(f"option {key!r} is not supported yet by this release")
-        spec = _KNOWN.get(key)
-        if spec is None or (spec[0] == "consumer" and not consumer):
-            raise ClientConfigError(f"unknown option {key!r}")
-        where, kind = spec
+        spec = GO_NSQ_OPTIONS.get(key)
+        if spec is None:
+            raise ClientConfigError(f"unknown option {key!r} (go-nsq Config names, e.g. max_in_flight,100)")
+        where, kind, name = spec
         try:
-            if kind == "str":
-                parsed: Any = value
-            elif kind == "ms":
-                parsed = _ms(value)
-            elif kind == "s":
-                parsed = _ms(value) / 1000.0
-            elif kind == "float":
-                parsed = float(value)
-            else:
-                parsed = int(value)
+            parsed = _parse(kind, value)
         except ValueError:
             raise ClientConfigError(f"invalid value {value!r} for option {key!r}") from None
+        bounds = _RANGES.get(key)
+        if bounds is not None and not bounds[0] <= parsed <= bounds[1]:
+            raise ClientConfigError(f"invalid value {value!r} for option {key!r}: out of range")
         if where == "identify":
             identify[key] = parsed
-        else:
-            kwargs[_CONSUMER_ARGS[key]] = parsed
+        elif where == "connection":
+            kwargs[name] = parsed
+        elif where == "consumer" and consumer:
+            kwargs[name] = parsed
     return identify, kwargs
