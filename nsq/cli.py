@@ -20,6 +20,10 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "pub": ("nsq.commands.pub", "pub", "Publish stdin (split on a delimiter) or arguments to a topic (to_nsq)."),
     "stat": ("nsq.commands.stat", "stat", "Poll /stats of a topic's producers and print a channel's totals (nsq_stat)."),
     "tail": ("nsq.commands.tail", "tail", "Consume a topic/channel and write messages to stdout (nsq_tail)."),
+    "to-file": ("nsq.commands.to_file", "to_file",
+                "Archive topics to newline-delimited files, rotated and optionally gzipped (nsq_to_file)."),
+    "to-http": ("nsq.commands.to_http", "to_http", "Consume a topic/channel and GET/POST each message to HTTP endpoints (nsq_to_http)."),
+    "to-nsq": ("nsq.commands.to_nsq", "to_nsq", "Consume topics and republish them to other nsqds (nsq_to_nsq)."),
 }
 
 

@@ -325,7 +325,9 @@ class Consumer:
         return False
 
     async def close(self, timeout: float = 5.0) -> None:
-        """CLS every connection, wait (up to ``timeout`` s) for handlers, close."""
+        """CLS every connection, wait (up to ``timeout`` s) for nsqd's
+        CLOSE_WAIT, for handlers and for messages still in flight to be
+        answered, then close."""
         if self._closing:
             await self._closed.wait()
             return
@@ -352,6 +354,11 @@ class Consumer:
             await asyncio.wait(waits, timeout=timeout)
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout)
+        # messages still in flight (a handler that disabled auto response
+        # answers later): wait for them so they are not left to time out
+        deadline = _now() + timeout
+        while any(self._in_flight.values()) and _now() < deadline:
+            await asyncio.sleep(0.01)
         for conn in list(self.connections.values()):
             conn.close()
         for conn in list(self.connections.values()):
@@ -414,7 +421,7 @@ class Consumer:
 
     @staticmethod
     def _respond(msg: Message, result: Any) -> None:
-        if msg.responded:
+        if msg.responded or not msg.auto_response:
             return
         if result is False:
             msg.requeue()

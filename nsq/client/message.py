@@ -25,7 +25,8 @@ class Message:
         nsqd_address: the nsqd that delivered it.
     """
 
-    __slots__ = ("id", "body", "timestamp", "attempts", "topic", "nsqd_address", "_conn", "_consumer", "responded")
+    __slots__ = ("id", "body", "timestamp", "attempts", "topic", "nsqd_address", "_conn", "_consumer", "responded",
+                 "auto_response")
 
     def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int, topic: str,
                  conn: Connection, consumer: Consumer) -> None:
@@ -38,6 +39,15 @@ class Message:
         self._conn = conn
         self._consumer = consumer
         self.responded = False
+        #: False once :meth:`disable_auto_response` was called
+        self.auto_response = True
+
+    def disable_auto_response(self) -> None:
+        """Keep the handler's return value from answering this message: the
+        caller will :meth:`finish` or :meth:`requeue` it later (go-nsq's
+        ``DisableAutoResponse``). Until then it counts as in flight, and
+        :meth:`Consumer.close` waits for it."""
+        self.auto_response = False
 
     def finish(self) -> None:
         """FIN: processed successfully (sent on the connection it came from)."""
