@@ -129,7 +129,7 @@ def test_pub_errors_are_clean(nsqd_proc):
     r = run_nsq("pub", "--topic", "t", "--nsqd-tcp-address", "127.0.0.1:1", "x")
     assert r.returncode != 0 and b"Traceback" not in r.stderr
     r = run_nsq("pub", "--topic", "t", "x")
-    assert r.returncode != 0 and b"--nsqd-tcp-address required" in r.stderr
+    assert r.returncode != 0 and b"--nsqd-tcp-address or --lookupd-http-address required" in r.stderr
     r = run_nsq("tail", "--topic", "t", "--nsqd-tcp-address", "127.0.0.1:1")
     assert r.returncode != 0 and b"Traceback" not in r.stderr
     r = run_nsq("tail", "--topic", "t", "--nsqd-tcp-address", nsqd_proc.tcp, "--consumer-opt", "bogus,1")
