@@ -108,3 +108,32 @@ async def test_consumer_start_fails_cleanly_without_nsqd():
     with pytest.raises(OSError):
         await c.start()
     await c.close()
+
+
+async def test_disable_auto_response_and_close_waits_for_in_flight(nsqd):
+    held = []
+
+    def handler(msg):
+        msg.disable_auto_response()
+        held.append(msg)
+        return True  # ignored: the message stays in flight
+
+    c = Consumer("t", "c", handler, [nsqd.tcp_address], max_in_flight=5)
+    await c.start()
+    async with Producer(nsqd.tcp_address) as p:
+        await p.multi_publish("t", [b"a", b"b"])
+    await wait_for(lambda: len(held) == 2)
+    ch = nsqd.topics["t"].channels["c"]
+    await asyncio.sleep(0.1)
+    assert len(ch.in_flight) == 2  # nothing answered yet
+
+    async def answer_later():
+        await asyncio.sleep(0.3)
+        for m in held:
+            m.finish()
+
+    task = asyncio.ensure_future(answer_later())
+    await c.close(timeout=5)  # CLS, then waits for the two FINs before closing
+    await task
+    await wait_for(lambda: not ch.clients)
+    assert not ch.in_flight and ch.requeue_count == 0 and ch.timeout_count == 0
