@@ -17,7 +17,9 @@ async def make_nsqd() -> AsyncIterator[Callable[..., Awaitable[NSQD]]]:
     started: list[NSQD] = []
 
     async def factory(**options: Any) -> NSQD:
-        opts = NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", **options)
+        options.setdefault("tcp_address", "127.0.0.1:0")
+        options.setdefault("http_address", "127.0.0.1:0")
+        opts = NSQDOptions(**options)
         d = NSQD(opts)
         await d.start()
         started.append(d)

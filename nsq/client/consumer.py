@@ -410,7 +410,8 @@ class Consumer:
     def _handler_done(self, task: asyncio.Task, msg: Message) -> None:
         self._tasks.discard(task)
         if task.cancelled():
-            msg.requeue()
+            # shutting down: hand it back at once, not as a failure
+            msg.requeue(0, backoff=False)
             return
         exc = task.exception()
         if exc is not None:

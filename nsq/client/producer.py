@@ -54,8 +54,11 @@ class Producer:
             conn = Connection(self.address, self.identify, connect_timeout=self.connect_timeout)
             await conn.connect()
         except BaseException as exc:
-            self._connecting.set_exception(exc)
-            self._connecting.exception()  # mark retrieved
+            if isinstance(exc, asyncio.CancelledError):
+                self._connecting.cancel()
+            else:
+                self._connecting.set_exception(exc)
+                self._connecting.exception()  # mark retrieved
             self._connecting = None
             raise
         self._conn = conn
@@ -78,11 +81,15 @@ class Producer:
         conn = await self._connection()
         await conn.command(commands.dpub(topic, delay_ms, body))
 
-    async def close(self) -> None:
-        """Close the connection (after answers to what was sent arrive)."""
+    async def close(self, timeout: float = 5.0) -> None:
+        """Wait (up to ``timeout`` s) for the answers to what was sent, then
+        close the connection."""
         conn = self._conn
         self._conn = None
         if conn is not None and not conn.closed:
+            deadline = asyncio.get_running_loop().time() + timeout
+            while conn.pending and not conn.closed and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.005)
             conn.close()
             await conn.wait_closed()
 

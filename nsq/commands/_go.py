@@ -32,8 +32,14 @@ class GoCommand(click.Command):
                 continue
             if arg == "--":
                 passthrough = True
-            elif arg.startswith("-") and not arg.startswith("--") and len(arg.split("=", 1)[0]) > 2:
-                arg = "-" + arg
+            elif arg.startswith("-") and not arg.startswith("--") and len(arg) > 1 and arg[1].isalpha():
+                name, eq, value = arg.partition("=")
+                if len(name) > 2:
+                    arg = "-" + arg  # Go's -long-flag
+                elif eq:
+                    out += [name, value]  # Go's -n=5
+                    continue
+            # anything else (a value such as -0.1 or -5) passes as it is
             out.append(arg)
         return super().parse_args(ctx, out)
 

@@ -169,3 +169,14 @@ def test_stat_prints_go_columns(nsqd_proc):
     assert r.returncode != 0 and b"failed to find channel(nope)" in r.stderr and b"Traceback" not in r.stderr
     r = run_nsq("stat", "--topic=st", "--channel=c")
     assert r.returncode != 0 and b"--nsqd-http-address or --lookupd-http-address required" in r.stderr
+
+
+def test_go_flag_spellings_for_short_flags_and_negative_values(script_runner):
+    # -n=5 is Go's spelling of -n 5; "-0.1" and "-5" are values, not flags
+    r = script_runner.run(["nsq", "tail", "--topic=t", "--nsqd-tcp-address=127.0.0.1:1", "-n=-1"])
+    assert not r.success and "-n must be >= 0" in r.stderr
+    r = script_runner.run(["nsq", "tail", "--topic=t", "--nsqd-tcp-address=127.0.0.1:1", "-n", "-5"])
+    assert not r.success and "-n must be >= 0" in r.stderr
+    r = script_runner.run(["nsq", "to-http", "--topic=t", "--nsqd-tcp-address=127.0.0.1:1",
+                           "--post=http://127.0.0.1:1/", "--sample", "-0.1"])
+    assert not r.success and "--sample must be between 0.0 and 1.0" in r.stderr
