@@ -18,8 +18,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from nsq.apps.status import TimerMetrics
+from nsq.apps.to_http import Slots, check_address, fill_get_url, parse_headers
 from nsq.client.hostpool import EpsilonGreedy, HostPool, RoundRobin, make_chooser
-from nsq.commands.to_http import Slots, TimerMetrics, check_address, fill_get_url, parse_headers
 from tests.cli.conftest import NSQ, free_port, run_nsq
 
 # consumer settings that make requeues and backoff fast

@@ -19,8 +19,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from nsq.apps.status import TimerMetrics
+from nsq.apps.to_nsq import BACKOFF, DROP, PASS, JSONFilter
 from nsq.client import Consumer
-from nsq.commands.to_nsq import BACKOFF, DROP, PASS, JSONFilter, TimerMetrics
 from tests.cli.conftest import free_port
 
 DEADLINE = 30.0  # seconds; generous, the machine is shared
