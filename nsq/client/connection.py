@@ -19,6 +19,7 @@ from typing import Any
 from nsq import __version__
 from nsq.client.errors import ConnectionClosedError, ErrorResponse
 from nsq.protocol import commands
+from nsq.protocol.compression import Codec, CompressionError, DeflateCodec, SnappyCodec
 from nsq.protocol.errors import NON_FATAL_CODES, ProtocolError
 from nsq.protocol.frames import (
     FRAME_TYPE_ERROR,
@@ -87,6 +88,8 @@ class Connection:
         on_message: Callable[[Connection, DecodedMessage], None] | None = None,
         on_close: Callable[[Connection], None] | None = None,
         connect_timeout: float = 5.0,
+        tls_context: Any = None,
+        auth_secret: str | None = None,
     ) -> None:
         self.address = address
         self.host, self.port = parse_address(address)
@@ -108,33 +111,118 @@ class Connection:
         self._reader = FrameReader()
         self._pending: deque[asyncio.Future] = deque()
         self._closed_event = asyncio.Event()
+        self.tls_context = tls_context
+        self.auth_secret = auth_secret
+        #: the auth server's answer to AUTH (identity, identity_url, permission_count)
+        self.auth: dict[str, Any] | None = None
+        self._protocol: _Protocol | None = None
+        self._codec: Codec | None = None
+        # (future, hook): when the response for ``future`` is read, ``hook``
+        # runs before any later byte is parsed (a stream upgrade starts there)
+        self._hook: tuple[asyncio.Future, Callable[[bytes], bool]] | None = None
+        self._hold = False
+        self._compression_ok: asyncio.Future | None = None
 
     def __repr__(self) -> str:
         return f"Connection({self.address})"
 
     async def connect(self) -> dict[str, Any]:
-        """Open the socket, send the magic and IDENTIFY.
+        """Open the socket, send the magic and IDENTIFY, then do the upgrades
+        nsqd agreed to (TLS, then snappy or deflate; each confirmed by an
+        ``OK``) and AUTH when nsqd requires it.
 
         Returns:
             nsqd's IDENTIFY answer (``{}`` for a plain ``OK``).
 
         Raises:
-            OSError: cannot connect; asyncio.TimeoutError: no answer in time;
-            ErrorResponse: IDENTIFY refused.
+            OSError / ssl.SSLError: cannot connect or TLS handshake failed;
+            asyncio.TimeoutError: no answer in time; ErrorResponse: IDENTIFY
+            or AUTH refused; ClientConfigError: nsqd requires AUTH and no
+            ``auth_secret`` was given.
         """
         loop = asyncio.get_running_loop()
         await asyncio.wait_for(
-            loop.create_connection(lambda: _Protocol(self), self.host, self.port), self.connect_timeout
+            loop.create_connection(self._make_protocol, self.host, self.port), self.connect_timeout
         )
+        try:
+            await asyncio.wait_for(self._handshake(), self.connect_timeout)
+        except BaseException:
+            self.close()
+            raise
+        return self.features
+
+    def _make_protocol(self) -> _Protocol:
+        self._protocol = _Protocol(self)
+        return self._protocol
+
+    async def _handshake(self) -> None:
         assert self._transport is not None
+        wanted = self.identify_data
+        if wanted.get("tls_v1") and self.tls_context is None:
+            import ssl
+
+            self.tls_context = ssl.create_default_context()
         self._transport.write(MAGIC_V2)
-        data = await asyncio.wait_for(self.command(commands.identify(self.identify_data)), self.connect_timeout)
-        if data != b"OK":
+        fut = self.command(commands.identify(wanted))
+        self._hook = (fut, self._identify_answer)
+        data = await fut
+        if self.features.get("tls_v1"):
+            loop = asyncio.get_running_loop()
+            ok = loop.create_future()
+            self._pending.append(ok)
+            if self._compression():
+                self._hook = (ok, self._start_compression)
+            self._transport = await loop.start_tls(self._transport, self._protocol, self.tls_context,
+                                                   server_hostname=self.host)
+            self._hold = False
+            await ok
+        if self._compression():
+            await self._compression_ok
+        if data != b"OK" and self.features.get("auth_required"):
+            if not self.auth_secret:
+                from nsq.client.errors import ClientConfigError
+
+                raise ClientConfigError(f"nsqd {self.address} requires AUTH: set auth_secret")
+            answer = await self.command(commands.auth(self.auth_secret))
             try:
-                self.features = json.loads(data)
+                self.auth = json.loads(answer)
+            except ValueError:
+                self.auth = {}
+
+    def _compression(self) -> str | None:
+        if self.features.get("snappy"):
+            return "snappy"
+        if self.features.get("deflate"):
+            return "deflate"
+        return None
+
+    def _identify_answer(self, payload: bytes) -> bool:
+        """Runs on the IDENTIFY answer; True stops parsing (TLS comes next)."""
+        if payload != b"OK":
+            try:
+                self.features = json.loads(payload)
             except ValueError:
                 self.features = {}
-        return self.features
+        if self.features.get("tls_v1"):
+            self._hold = True
+            return True
+        if self._compression():
+            self._start_compression(payload)
+        return False
+
+    def _start_compression(self, payload: bytes) -> bool:
+        """From the next byte on, nsqd's stream is compressed; its OK follows."""
+        kind = self._compression()
+        if kind == "snappy":
+            self._codec = SnappyCodec()
+        else:
+            self._codec = DeflateCodec(int(self.features.get("deflate_level") or 6))
+        self._compression_ok = asyncio.get_running_loop().create_future()
+        self._pending.append(self._compression_ok)
+        rest = self._reader.take_rest()
+        if rest:
+            self._reader.feed(self._codec.decode(rest))
+        return False
 
     # -- sending -----------------------------------------------------------------
 
@@ -146,7 +234,7 @@ class Connection:
         """
         if self.closed or self._transport is None:
             raise ConnectionClosedError(f"connection to {self.address} is closed")
-        self._transport.write(data)
+        self._transport.write(self._codec.encode(data) if self._codec is not None else data)
 
     def command(self, data: bytes) -> asyncio.Future:
         """Write a command that nsqd answers; the future gets the response data.
@@ -159,7 +247,7 @@ class Connection:
             fut.set_exception(ConnectionClosedError(f"connection to {self.address} is closed"))
             return fut
         self._pending.append(fut)
-        self._transport.write(data)
+        self._transport.write(self._codec.encode(data) if self._codec is not None else data)
         return fut
 
     def close(self) -> None:
@@ -180,7 +268,17 @@ class Connection:
 
     def _data_received(self, data: bytes) -> None:
         reader = self._reader
+        if self._codec is not None:
+            try:
+                data = self._codec.decode(data)
+            except CompressionError as exc:
+                log.error("[%s] %s", self.address, exc)
+                self.close_error = exc
+                self.close()
+                return
         reader.feed(data)
+        if self._hold:
+            return
         try:
             while (frame := reader.next_frame()) is not None:
                 frame_type, payload = frame
@@ -189,11 +287,18 @@ class Connection:
                         self.on_message(self, decode_message(payload))
                 elif frame_type == FRAME_TYPE_RESPONSE:
                     if payload == HEARTBEAT:
-                        self._transport.write(_HEARTBEAT_NOP)  # type: ignore[union-attr]
+                        self.send(_HEARTBEAT_NOP)
                     elif self._pending:
                         fut = self._pending.popleft()
+                        hook = self._hook
+                        stop = False
+                        if hook is not None and hook[0] is fut:
+                            self._hook = None
+                            stop = hook[1](payload)
                         if not fut.done():
                             fut.set_result(payload)
+                        if stop:
+                            return
                 elif frame_type == FRAME_TYPE_ERROR:
                     text = payload.decode("utf-8", "replace")
                     code = text.split(" ", 1)[0]

@@ -82,6 +82,11 @@ class Consumer:
             ``max_in_flight`` (go-nsq's 10 s).
         connect_timeout: seconds for TCP connect plus IDENTIFY (go-nsq's
             ``dial_timeout``).
+        tls_context: an ``ssl.SSLContext`` for the ``tls_v1`` upgrade (with
+            ``identify={"tls_v1": True}``; default: the system CAs, see
+            :func:`nsq.client.tls.client_context`). ``identify`` may also
+            ask for ``snappy`` or ``deflate`` (+ ``deflate_level``).
+        auth_secret: sent with AUTH when nsqd answers ``auth_required``.
         lookupd_client: a :class:`~nsq.client.lookupd.LookupdHTTPClient`
             to share (its timeouts are used; the consumer does not close
             it); by default the consumer makes and closes its own.
@@ -111,6 +116,8 @@ class Consumer:
         low_rdy_idle_timeout: float = 10.0,
         connect_timeout: float = 5.0,
         lookupd_client: Any = None,
+        tls_context: Any = None,
+        auth_secret: str | None = None,
     ) -> None:
         if not is_valid_topic_name(topic):
             raise ClientConfigError(f"invalid topic name {topic!r}")
@@ -134,6 +141,8 @@ class Consumer:
         self.on_give_up = on_give_up
         self.reconnect_max_delay = reconnect_max_delay
         self.connect_timeout = connect_timeout
+        self.tls_context = tls_context
+        self.auth_secret = auth_secret
         self.lookupd_http_addresses = list(dict.fromkeys(lookupd_http_addresses))
         self.lookupd_poll_interval = lookupd_poll_interval
         self.lookupd_poll_jitter = lookupd_poll_jitter
@@ -270,7 +279,8 @@ class Consumer:
 
     async def _connect(self, address: str) -> None:
         conn = Connection(address, self.identify, on_message=self._on_message, on_close=self._on_close,
-                          connect_timeout=self.connect_timeout)
+                          connect_timeout=self.connect_timeout, tls_context=self.tls_context,
+                          auth_secret=self.auth_secret)
         await conn.connect()
         await conn.command(commands.sub(self.topic, self.channel))
         if self._closing:

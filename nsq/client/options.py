@@ -34,6 +34,16 @@ GO_NSQ_OPTIONS: dict[str, tuple[str, str, str]] = {
     "output_buffer_timeout": ("identify", "ms", "output_buffer_timeout"),
     "sample_rate": ("identify", "int", "sample_rate"),
     "dial_timeout": ("connection", "s", "connect_timeout"),
+    "tls_v1": ("identify", "bool", "tls_v1"),
+    "snappy": ("identify", "bool", "snappy"),
+    "deflate": ("identify", "bool", "deflate"),
+    "deflate_level": ("identify", "int", "deflate_level"),
+    "auth_secret": ("connection", "str", "auth_secret"),
+    "tls_root_ca_file": ("tls", "str", "root_ca_file"),
+    "tls_insecure_skip_verify": ("tls", "bool", "insecure_skip_verify"),
+    "tls_cert": ("tls", "str", "cert"),
+    "tls_key": ("tls", "str", "key"),
+    "tls_min_version": ("tls", "str", "min_version"),
     "max_in_flight": ("consumer", "int", "max_in_flight"),
     "max_attempts": ("consumer", "int", "max_attempts"),
     "default_requeue_delay": ("consumer", "ms", "requeue_delay_ms"),
@@ -51,15 +61,12 @@ GO_NSQ_OPTIONS: dict[str, tuple[str, str, str]] = {
     "rdy_redistribute_on_idle": ("accepted", "bool", ""),
     "backoff_strategy": ("accepted", "strategy", ""),
 }
-# go-nsq names whose features (TLS, compression, AUTH) this client does not
-# negotiate yet.
-_LATER = {"tls_v1", "snappy", "deflate", "deflate_level", "auth_secret",
-          "tls_root_ca_file", "tls_insecure_skip_verify", "tls_cert", "tls_key", "tls_min_version"}
 # go-nsq's range checks (min, max), in the unit the value is parsed to (ms or s)
 _RANGES: dict[str, tuple[float, float]] = {
     "max_in_flight": (0, float("inf")),
     "max_attempts": (0, 65535),
     "sample_rate": (0, 99),
+    "deflate_level": (1, 9),
     "lookupd_poll_jitter": (0, 1),
     "heartbeat_interval": (-1, float("inf")),
     "default_requeue_delay": (0, 60 * 60_000),
@@ -115,21 +122,21 @@ def parse_opts(pairs: tuple[str, ...] | list[str], consumer: bool) -> tuple[dict
 
     Returns:
         (IDENTIFY fields, keyword arguments for Consumer, or for Producer:
-        only ``connect_timeout``).
+        ``connect_timeout``, ``auth_secret``, ``tls_context`` (an
+        SSLContext built from the ``tls_*`` options)).
 
     Raises:
         ClientConfigError: unknown key, a value that does not parse, a
-            value out of go-nsq's range, or a feature not negotiated yet.
+            value out of go-nsq's range, unreadable TLS files.
     """
     identify: dict[str, Any] = {}
     kwargs: dict[str, Any] = {}
+    tls: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition(",")
         key = key.strip()
         if not sep:
             value = "true"
-        if key in _LATER:
-            raise ClientConfigError(f"option {key!r} is not supported yet by this release")
         spec = GO_NSQ_OPTIONS.get(key)
         if spec is None:
             raise ClientConfigError(f"unknown option {key!r} (go-nsq Config names, e.g. max_in_flight,100)")
@@ -145,6 +152,12 @@ def parse_opts(pairs: tuple[str, ...] | list[str], consumer: bool) -> tuple[dict
             identify[key] = parsed
         elif where == "connection":
             kwargs[name] = parsed
+        elif where == "tls":
+            tls[name] = parsed
         elif where == "consumer" and consumer:
             kwargs[name] = parsed
+    if tls:
+        from nsq.client.tls import client_context
+
+        kwargs["tls_context"] = client_context(**tls)
     return identify, kwargs

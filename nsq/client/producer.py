@@ -24,6 +24,8 @@ class Producer:
         address: nsqd TCP address.
         identify: extra IDENTIFY fields (``user_agent``, ``heartbeat_interval`` ms, ...).
         connect_timeout: seconds.
+        tls_context, auth_secret: as :class:`~nsq.client.Consumer`'s
+            (``identify`` may ask for ``tls_v1``, ``snappy``, ``deflate``).
 
     Every publish method raises :class:`~nsq.client.errors.ErrorResponse`
     when nsqd refuses (``E_BAD_TOPIC``, ``E_BAD_MESSAGE``, ``E_PUB_FAILED``),
@@ -31,10 +33,13 @@ class Producer:
     drops before the answer, and ``OSError`` if nsqd cannot be reached.
     """
 
-    def __init__(self, address: str, identify: dict[str, Any] | None = None, connect_timeout: float = 5.0) -> None:
+    def __init__(self, address: str, identify: dict[str, Any] | None = None, connect_timeout: float = 5.0,
+                 tls_context: Any = None, auth_secret: str | None = None) -> None:
         self.address = address
         self.identify = identify
         self.connect_timeout = connect_timeout
+        self.tls_context = tls_context
+        self.auth_secret = auth_secret
         self._conn: Connection | None = None
         self._connecting: asyncio.Future | None = None
 
@@ -51,7 +56,8 @@ class Producer:
         loop = asyncio.get_running_loop()
         self._connecting = loop.create_future()
         try:
-            conn = Connection(self.address, self.identify, connect_timeout=self.connect_timeout)
+            conn = Connection(self.address, self.identify, connect_timeout=self.connect_timeout,
+                              tls_context=self.tls_context, auth_secret=self.auth_secret)
             await conn.connect()
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):

@@ -10,7 +10,7 @@ import click
 
 from nsq import NSQ_VERSION, __version__
 from nsq.commands._go import GoBool, GoCommand, collect_options, fail, run_async, serve_daemon, spec_options
-from nsq.server.nsqd.options import OPTION_SPECS, ConfigError, NSQDOptions, load_config
+from nsq.server.nsqd.options import OPTION_SPECS, ConfigError, NSQDOptions, load_config, validate
 
 __all__ = ["nsqd"]
 
@@ -28,6 +28,7 @@ def build_options(config: str | None, flags: dict[str, Any]) -> NSQDOptions:
         opts.data_path = os.getcwd()  # Go nsqd's default
     if not 0 <= opts.node_id < 1024:
         raise ConfigError(f"--node-id must be in [0,1024), got {opts.node_id}")
+    validate(opts)
     return opts
 
 

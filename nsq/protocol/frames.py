@@ -92,6 +92,14 @@ class FrameReader:
         self._pos = end
         return frame_type, data
 
+    def take_rest(self) -> bytes:
+        """Remove and return the bytes not yet parsed (a stream upgrade
+        starts right after the frame just read)."""
+        rest = bytes(self._buf[self._pos:])
+        self._buf.clear()
+        self._pos = 0
+        return rest
+
     def frames(self) -> list[tuple[int, bytes]]:
         """All complete frames buffered so far."""
         out = []

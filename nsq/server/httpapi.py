@@ -102,13 +102,15 @@ class HTTPListener:
         client_max_size: largest request body aiohttp reads (bytes).
     """
 
-    def __init__(self, client_max_size: int = 1024 * 1024) -> None:
-        self.app = web.Application(middlewares=[_errors], client_max_size=client_max_size)
+    def __init__(self, client_max_size: int = 1024 * 1024, middlewares: tuple = ()) -> None:
+        self.app = web.Application(middlewares=[_errors, *middlewares], client_max_size=client_max_size)
         self.router = self.app.router
         self._runner: web.AppRunner | None = None
 
-    async def start(self, address: str) -> tuple[str, int]:
+    async def start(self, address: str, ssl_context: Any = None) -> tuple[str, int]:
         """Listen on ``host:port`` (port 0 picks one); returns the bound (host, port).
+        Called again, it adds another listener for the same application
+        (``ssl_context``: an :class:`ssl.SSLContext` for HTTPS).
 
         Raises:
             OSError: the address cannot be bound.
@@ -117,14 +119,17 @@ class HTTPListener:
         from nsq.server.addresses import split_host_port
 
         host, port = split_host_port(address)
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host or None, port, reuse_address=True)
+        first = self._runner is None
+        if first:
+            self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+            await self._runner.setup()
+        site = web.TCPSite(self._runner, host or None, port, reuse_address=True, ssl_context=ssl_context)
         try:
             await site.start()
         except BaseException:
-            await self._runner.cleanup()
-            self._runner = None
+            if first:
+                await self._runner.cleanup()
+                self._runner = None
             raise
         sock = site._server.sockets[0]  # type: ignore[union-attr]
         bound = sock.getsockname()

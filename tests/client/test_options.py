@@ -37,7 +37,8 @@ def test_producer_ignores_consumer_keys_as_go_nsq():
     ("backoff_strategy,random", "invalid value"),
     ("rdy_redistribute_on_idle,maybe", "invalid value"),
     ("msg_timeout,soon", "invalid value"),
-    ("snappy", "not supported yet"),
+    ("deflate_level,10", "out of range"),
+    ("tls_root_ca_file,/nonexistent/ca.pem", "TLS"),
 ])
 def test_errors(pair, message):
     with pytest.raises(ClientConfigError, match=message):
@@ -52,3 +53,13 @@ def test_every_go_nsq_v1_1_name_is_known():
              "heartbeat_interval", "sample_rate", "output_buffer_size", "output_buffer_timeout", "max_in_flight",
              "msg_timeout"}
     assert names <= set(GO_NSQ_OPTIONS)
+
+
+def test_negotiated_features():
+    identify, kwargs = parse_opts(["tls_v1", "snappy,true", "deflate_level,3", "auth_secret,s3cret",
+                                   "tls_insecure_skip_verify,true"], consumer=True)
+    assert identify == {"tls_v1": True, "snappy": True, "deflate_level": 3}
+    assert kwargs["auth_secret"] == "s3cret"
+    import ssl
+
+    assert isinstance(kwargs["tls_context"], ssl.SSLContext) and kwargs["tls_context"].verify_mode == ssl.CERT_NONE

@@ -412,3 +412,19 @@ async def test_corrupt_file_becomes_bad_and_daemon_serves(tmp_path, caplog):
         assert await consume(d, "t", "c", 1) == [(b"after", 1)]
     finally:
         await d.stop()
+
+
+async def test_failed_start_never_overwrites_another_nsqds_metadata(tmp_path):
+    from nsq.server.nsqd import NSQD, NSQDOptions
+
+    first = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", data_path=str(tmp_path)))
+    await first.start()
+    first.get_topic("keep").get_channel("c")
+    first.persist_metadata()
+    before = (tmp_path / "nsqd.dat").read_bytes()
+    second = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", data_path=str(tmp_path)))
+    with pytest.raises(Exception):
+        await second.start()  # the data path is locked by the first
+    await second.stop()
+    assert (tmp_path / "nsqd.dat").read_bytes() == before
+    await first.stop()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import struct
 import time
 
 import pytest
 
-from .helpers import HTTP, Conn, c, error_json, wait_for
+from .helpers import HTTP, Conn, c, error_json
 
 TOP_KEYS = {"version", "health", "start_time", "topics", "memory", "producers"}
 TOPIC_KEYS = {

@@ -21,6 +21,7 @@ from nsq.protocol.message import decode_message, encode_message
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend
 from nsq.server.nsqd.message import Message
+from nsq.server.nsqd.quantile import WindowedQuantile
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.client_v2 import ClientV2
@@ -54,6 +55,8 @@ class Channel:
         deferred: messages held back by DPUB/REQ, by id.
         paused: no delivery while True.
         message_count, requeue_count, timeout_count: counters for /stats.
+        e2e: :class:`~nsq.server.nsqd.quantile.WindowedQuantile` of FIN
+            latencies, or None without ``--e2e-processing-latency-percentile``.
     """
 
     def __init__(self, topic: Topic, name: str, backend: BackendQueue | None = None) -> None:
@@ -82,6 +85,12 @@ class Channel:
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        opts = topic.nsqd.options
+        #: FIN latencies (ns) when --e2e-processing-latency-percentile is set
+        self.e2e: WindowedQuantile | None = None
+        if opts.e2e_processing_latency_percentiles:
+            self.e2e = WindowedQuantile(opts.e2e_processing_latency_window_time,
+                                        opts.e2e_processing_latency_percentiles)
 
     def __repr__(self) -> str:
         return f"Channel({self.topic.name}:{self.name})"
@@ -277,8 +286,12 @@ class Channel:
         return msg
 
     def finish(self, client: ClientV2, msg_id: bytes) -> None:
-        """FIN: the message is done. Raises :class:`ChannelError`."""
-        self._pop_in_flight(client, msg_id)
+        """FIN: the message is done; with e2e percentiles configured, its
+        latency (now - publish timestamp, ns) is recorded (Go
+        ``FinishMessage``). Raises :class:`ChannelError`."""
+        msg = self._pop_in_flight(client, msg_id)
+        if self.e2e is not None:
+            self.e2e.insert(msg.timestamp)
 
     def requeue(self, client: ClientV2, msg_id: bytes, timeout_ms: int) -> None:
         """REQ: back to the queue now (0) or after ``timeout_ms``."""

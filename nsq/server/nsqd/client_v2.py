@@ -24,10 +24,16 @@ from nsq.protocol.errors import (
     E_PUB_FAILED,
     E_REQ_FAILED,
     E_AUTH_DISABLED,
+    E_AUTH_FAILED,
+    E_AUTH_FIRST,
+    E_IDENTIFY_FAILED,
+    E_INVALID,
     E_TOO_MANY_CHANNEL_CONSUMERS,
+    E_UNAUTHORIZED,
     E_TOUCH_FAILED,
     ClientError,
 )
+from nsq.protocol.compression import Codec, CompressionError, DeflateCodec, SnappyCodec
 from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, HEARTBEAT, OK, encode_frame
 from nsq.server.nsqd.channel import ChannelError
 from nsq.server.nsqd.topic import TopicFull
@@ -62,6 +68,24 @@ _IDENTIFY_TYPES: dict[str, type | tuple[type, ...]] = {
     "user_agent": str,
     "msg_timeout": int,
 }
+
+
+_COMMAND_NAMES = {
+    v2.CMD_IDENTIFY: "IDENTIFY", v2.CMD_AUTH: "AUTH", v2.CMD_SUB: "SUB", v2.CMD_PUB: "PUB", v2.CMD_MPUB: "MPUB",
+    v2.CMD_DPUB: "DPUB", v2.CMD_RDY: "RDY", v2.CMD_FIN: "FIN", v2.CMD_REQ: "REQ", v2.CMD_TOUCH: "TOUCH",
+    v2.CMD_CLS: "CLS", v2.CMD_NOP: "NOP",
+}
+
+
+class _Suspend(Exception):
+    """Raised by a command handler that must wait for ``future`` (a TLS
+    handshake, an auth server). ``retry``: run the same command again once
+    it is done; ``on_done``: called with the future first."""
+
+    def __init__(self, future: asyncio.Future, on_done: Any, retry: bool = False) -> None:
+        self.future = future
+        self.on_done = on_done
+        self.retry = retry
 
 
 class ClientV2(asyncio.Protocol):
@@ -106,6 +130,22 @@ class ClientV2(asyncio.Protocol):
         self.output_buffer_timeout = opts.output_buffer_timeout
         self.channel: Channel | None = None
         self.pub_counts: dict[str, int] = {}
+        #: negotiated upgrades (IDENTIFY tls_v1 / snappy / deflate)
+        self.tls = False
+        self.snappy = False
+        self.deflate = False
+        self.ssl_object: Any = None
+        self.tls_common_name = ""
+        self._codec: Codec | None = None
+        #: AUTH: the secret and the auth server's cached answer
+        self.auth_secret = ""
+        self.auth_state: Any = None
+        self._auth_refresh_failed = False
+        #: commands other than IDENTIFY need TLS first (--tls-required true/tcp-https)
+        self._tls_policy = nsqd.tls_required != "false"
+        self._auth_enabled = bool(opts.auth_http_addresses)
+        self._retry: tuple | None = None
+        self._lost = False
         self.last_recv = 0.0
         self._freed = False
         self._waiting: asyncio.Future | None = None
@@ -150,6 +190,13 @@ class ClientV2(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = self._loop.time()
+        if self._codec is not None:
+            try:
+                data = self._codec.decode(data)
+            except CompressionError as exc:
+                log.error("[%s] - %s, closing", self.remote_address, exc)
+                self.close()
+                return
         self.parser.feed(data)
         if self._waiting is None:
             self._process()
@@ -160,11 +207,22 @@ class ClientV2(asyncio.Protocol):
         handlers = self._handlers
         nsqd = self.nsqd
         while not self.closed:
+            cmd = None
             try:
-                cmd = parser.next_command()
-                if cmd is None:
-                    break
+                if self._retry is not None:
+                    cmd, self._retry = self._retry, None
+                else:
+                    cmd = parser.next_command()
+                    if cmd is None:
+                        break
+                if self._tls_policy and not self.tls and cmd[0] != v2.CMD_IDENTIFY:
+                    raise ClientError(E_INVALID, f"cannot {_COMMAND_NAMES[cmd[0]]} in current state (TLS required)")
                 handlers[cmd[0]](cmd)
+            except _Suspend as wait:
+                if wait.retry:
+                    self._retry = cmd
+                self._suspend(wait)
+                break
             except ClientError as exc:
                 self._client_error(exc)
                 if exc.fatal:
@@ -196,6 +254,32 @@ class ClientV2(asyncio.Protocol):
             self.transport.pause_reading()
         barrier.add_done_callback(self._barrier_done)
 
+    def _suspend(self, wait: _Suspend) -> None:
+        """Stop reading and hold output until ``wait.future`` is done."""
+        self._waiting = wait.future
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+        def done(fut: asyncio.Future) -> None:
+            self._waiting = None
+            if not fut.cancelled():
+                fut.exception()  # retrieved here, whatever happens next
+            if self.closed:
+                return
+            try:
+                wait.on_done(fut)
+            except ClientError as exc:
+                self._retry = None
+                self._client_error(exc)
+            if self.closed:
+                return
+            if self.transport is not None:
+                self.transport.resume_reading()
+            self._mark_dirty()
+            self._process()
+
+        wait.future.add_done_callback(done)
+
     def _barrier_done(self, barrier: asyncio.Future) -> None:
         self._waiting = None
         if self.closed:
@@ -213,6 +297,9 @@ class ClientV2(asyncio.Protocol):
         self._process()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._lost:
+            return
+        self._lost = True
         self.closed = True
         if self._heartbeat_handle is not None:
             self._heartbeat_handle.cancel()
@@ -237,7 +324,10 @@ class ClientV2(asyncio.Protocol):
         if self._waiting is not None:
             return
         if self.out and not self.closed and self.transport is not None:
-            self.transport.write(self.out)
+            if self._codec is not None:
+                self.transport.write(self._codec.encode(self.out))
+            else:
+                self.transport.write(self.out)
             self.out = bytearray()
 
     def send_messages(self, msgs: list[Message]) -> None:
@@ -271,7 +361,7 @@ class ClientV2(asyncio.Protocol):
             self.out = bytearray()  # never answer OK for a write not yet fsynced
         if self.transport is not None:
             if self.out:
-                self.transport.write(self.out)
+                self.transport.write(self._codec.encode(self.out) if self._codec is not None else self.out)
                 self.out = bytearray()
             self.transport.close()
 
@@ -370,32 +460,152 @@ class ClientV2(asyncio.Protocol):
         if not data.get("feature_negotiation"):
             self.out += _OK_FRAME
             return
+        nsqd = self.nsqd
+        tls = nsqd.tls_context is not None and bool(data.get("tls_v1")) and not self.tls
+        deflate = opts.deflate and bool(data.get("deflate"))
         deflate_level = 6
+        requested = data.get("deflate_level") or 0
+        if deflate and requested > 0:
+            deflate_level = requested
         if opts.max_deflate_level < deflate_level:
             deflate_level = opts.max_deflate_level
+        snappy = opts.snappy and bool(data.get("snappy"))
+        if deflate and snappy:
+            raise ClientError(E_IDENTIFY_FAILED, "cannot enable both deflate and snappy compression")
+        if self._codec is not None:
+            deflate = snappy = False  # already compressed: a second IDENTIFY changes nothing
         resp = {
             "max_rdy_count": opts.max_rdy_count,
             "version": NSQ_VERSION,
             "max_msg_timeout": int(opts.max_msg_timeout * 1000),
             "msg_timeout": int(self.msg_timeout * 1000),
-            # TLS, snappy and deflate are negotiated by a later release
-            "tls_v1": False,
-            "deflate": False,
+            "tls_v1": tls,
+            "deflate": deflate,
             "deflate_level": deflate_level,
             "max_deflate_level": opts.max_deflate_level,
-            "snappy": False,
+            "snappy": snappy,
             "sample_rate": self.sample_rate,
-            "auth_required": False,
+            "auth_required": bool(opts.auth_http_addresses),
             "output_buffer_size": self.output_buffer_size,
             "output_buffer_timeout": int(self.output_buffer_timeout * 1000),
         }
         self.out += encode_frame(FRAME_TYPE_RESPONSE, json.dumps(resp, separators=(",", ":")).encode())
+        if not (tls or deflate or snappy):
+            return
+        # the answer goes out as it is; each upgrade is then confirmed by an
+        # OK on the upgraded stream (TLS first, then compression)
+        self._write_now()
+        codec: Codec | None = None
+        if snappy:
+            codec = SnappyCodec()
+        elif deflate:
+            codec = DeflateCodec(deflate_level)
+        if tls:
+            log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", self.remote_address)
+            task = self._loop.create_task(self._loop.start_tls(self.transport, self, nsqd.tls_context,
+                                                               server_side=True, ssl_handshake_timeout=10.0))
+            raise _Suspend(task, lambda fut: self._tls_done(fut, codec))
+        self._compress(codec)
+
+    def _write_now(self) -> None:
+        if self.out and self.transport is not None:
+            data = self._codec.encode(self.out) if self._codec is not None else self.out
+            self.transport.write(data)
+            self.out = bytearray()
+
+    def _compress(self, codec: Codec | None) -> None:
+        if codec is None:
+            return
+        log.info("PROTOCOL(V2): [%s] upgrading connection to %s", self.remote_address, codec.name)
+        self._codec = codec
+        if codec.name == "snappy":
+            self.snappy = True
+        else:
+            self.deflate = True
+        self.out += _OK_FRAME
+
+    def _tls_done(self, fut: asyncio.Future, codec: Codec | None) -> None:
+        exc = None if fut.cancelled() else fut.exception()
+        if fut.cancelled() or exc is not None:
+            log.error("PROTOCOL(V2): [%s] TLS handshake failed: %s", self.remote_address, exc)
+            transport = self.transport
+            self.out = bytearray()
+            if transport is not None:
+                transport.abort()
+            self.connection_lost(exc)
+            return
+        self.transport = fut.result()
+        self.tls = True
+        self.ssl_object = self.transport.get_extra_info("ssl_object")
+        cert = self.ssl_object.getpeercert() if self.ssl_object is not None else None
+        for rdn in (cert or {}).get("subject", ()):
+            for key, value in rdn:
+                if key == "commonName":
+                    self.tls_common_name = value
+        self.out += _OK_FRAME
+        self._write_now()
+        self._compress(codec)
+
+    # -- AUTH --------------------------------------------------------------------
 
     def _auth(self, cmd: tuple) -> None:
-        raise ClientError(E_AUTH_DISABLED, "AUTH disabled")
+        if self.auth_state is not None and self.auth_state.authorizations:
+            raise ClientError(E_INVALID, "AUTH already set")
+        if not self.nsqd.options.auth_http_addresses:
+            raise ClientError(E_AUTH_DISABLED, "AUTH disabled")
+        self.auth_secret = cmd[1].decode("utf-8", "replace")
+        raise _Suspend(self._loop.create_task(self._query_auth()), self._auth_done)
+
+    async def _query_auth(self) -> Any:
+        from nsq.server.nsqd.auth import query_any_authd
+
+        remote_ip = self.remote_address.rsplit(":", 1)[0].strip("[]")
+        return await query_any_authd(self.nsqd.auth_session(), self.nsqd.options.auth_http_addresses, remote_ip,
+                                     self.tls, self.tls_common_name, self.auth_secret)
+
+    def _auth_done(self, fut: asyncio.Future) -> None:
+        exc = None if fut.cancelled() else fut.exception()
+        if fut.cancelled() or exc is not None:
+            # the auth server's error stays in the log, not with the client
+            log.warning("PROTOCOL(V2): [%s] AUTH failed %s", self.remote_address, exc)
+            raise ClientError(E_AUTH_FAILED, "AUTH failed")
+        self.auth_state = state = fut.result()
+        if not state.authorizations:
+            raise ClientError(E_UNAUTHORIZED, "AUTH no authorizations found")
+        body = {"identity": state.identity, "identity_url": state.identity_url,
+                "permission_count": len(state.authorizations)}
+        self.out += encode_frame(FRAME_TYPE_RESPONSE, json.dumps(body, separators=(",", ":")).encode())
+
+    def _refresh_done(self, fut: asyncio.Future) -> None:
+        exc = None if fut.cancelled() else fut.exception()
+        if fut.cancelled() or exc is not None:
+            log.warning("PROTOCOL(V2): [%s] AUTH failed - %s", self.remote_address, exc)
+            self._auth_refresh_failed = True
+        else:
+            self.auth_state = fut.result()
+
+    def _check_auth(self, command: str, topic: str, channel: str) -> None:
+        """Go's CheckAuth for SUB/PUB/MPUB/DPUB (a no-op without auth servers).
+
+        Raises:
+            ClientError: E_AUTH_FIRST, E_AUTH_FAILED, E_UNAUTHORIZED (fatal).
+            _Suspend: the cached answer lapsed; asks again, then retries.
+        """
+        state = self.auth_state
+        if state is None or not state.authorizations:
+            raise ClientError(E_AUTH_FIRST, f"AUTH required before {command}")
+        if self._auth_refresh_failed:
+            self._auth_refresh_failed = False
+            raise ClientError(E_AUTH_FAILED, "AUTH failed")
+        if state.is_expired():
+            raise _Suspend(self._loop.create_task(self._query_auth()), self._refresh_done, retry=True)
+        if not state.is_allowed(topic, channel):
+            raise ClientError(E_UNAUTHORIZED, f'AUTH failed for {command} on "{topic}" "{channel}"')
 
     def _sub(self, cmd: tuple) -> None:
         _, topic_name, channel_name = cmd
+        if self._auth_enabled:
+            self._check_auth("SUB", topic_name, channel_name)
         topic = self.nsqd.get_topic(topic_name)
         channel = topic.get_channel(channel_name)
         if not channel.add_client(self):
@@ -412,6 +622,8 @@ class ClientV2(asyncio.Protocol):
         self.out += _OK_FRAME
 
     def _pub(self, cmd: tuple) -> None:
+        if self._auth_enabled:
+            self._check_auth("PUB", cmd[1], "")
         try:
             self.nsqd.get_topic(cmd[1]).publish([cmd[2]])
         except TopicFull as exc:
@@ -419,6 +631,8 @@ class ClientV2(asyncio.Protocol):
         self._published(cmd[1], 1)
 
     def _mpub(self, cmd: tuple) -> None:
+        if self._auth_enabled:
+            self._check_auth("MPUB", cmd[1], "")
         try:
             self.nsqd.get_topic(cmd[1]).publish(cmd[2])
         except TopicFull as exc:
@@ -426,6 +640,8 @@ class ClientV2(asyncio.Protocol):
         self._published(cmd[1], len(cmd[2]))
 
     def _dpub(self, cmd: tuple) -> None:
+        if self._auth_enabled:
+            self._check_auth("DPUB", cmd[1], "")
         try:
             self.nsqd.get_topic(cmd[1]).publish([cmd[3]], defer_ms=cmd[2])
         except TopicFull as exc:

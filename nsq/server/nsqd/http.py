@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -49,7 +49,7 @@ class NSQDHTTPServer:
     def __init__(self, nsqd: NSQD) -> None:
         self.nsqd = nsqd
         self._listener = HTTPListener(client_max_size=max(
-            nsqd.options.max_body_size, nsqd.options.max_msg_size) + 1)
+            nsqd.options.max_body_size, nsqd.options.max_msg_size) + 1, middlewares=(self._tls_required,))
         r = self._listener.router
         r.add_get("/ping", self.ping, allow_head=False)
         r.add_get("/info", self.info, allow_head=False)
@@ -70,9 +70,18 @@ class NSQDHTTPServer:
         r.add_put("/config/{opt}", self.config)
         self.app = self._listener.app
 
-    async def start(self, address: str) -> tuple[str, int]:
-        """Listen on ``host:port``; returns the bound (host, port)."""
-        return await self._listener.start(address)
+    async def start(self, address: str, ssl_context: Any = None) -> tuple[str, int]:
+        """Listen on ``host:port`` (HTTPS with ``ssl_context``); returns the bound (host, port)."""
+        return await self._listener.start(address, ssl_context)
+
+    @web.middleware
+    async def _tls_required(self, request: web.Request, handler):
+        # Go: with --tls-required=true the plain HTTP listener answers every
+        # request 403 and points at the HTTPS port
+        nsqd = self.nsqd
+        if nsqd.tls_required == "true" and not request.secure:
+            return json_response({"message": "TLS_REQUIRED", "https_port": nsqd.https_port}, 403)
+        return await handler(request)
 
     async def stop(self) -> None:
         """Close the listener and every HTTP connection."""

@@ -21,7 +21,7 @@ from nsq.server.addresses import fmt_addr as _fmt_addr
 from nsq.server.addresses import split_host_port
 from nsq.server.nsqd.backend import BackendQueue, DiscardBackend, NoDiskBackend
 from nsq.server.nsqd.lookup import Lookupds
-from nsq.server.nsqd.options import NSQDOptions
+from nsq.server.nsqd.options import ConfigError, NSQDOptions, validate
 from nsq.server.nsqd.topic import Topic
 
 if TYPE_CHECKING:
@@ -75,6 +75,12 @@ class NSQD:
         self.tcp_port = 0
         self.http_host = ""
         self.http_port = 0
+        self.https_host = ""
+        self.https_port = 0
+        #: server SSLContext for the tls_v1 upgrade and HTTPS (None: TLS off)
+        self.tls_context = None
+        #: effective --tls-required: "false", "true" or "tcp-https"
+        self.tls_required = "false"
         self.start_time = int(time.time())
         self.exiting = False
         self.health = "OK"
@@ -88,7 +94,12 @@ class NSQD:
         #: connections to the nsqlookupds (--lookupd-tcp-address)
         self.lookupds = Lookupds(self)
         self._lookupd_http = None
+        self._auth_session = None
+        self._metadata_loaded = False
         self._background: set[asyncio.Task] = set()
+        #: the --statsd-address push (None when off)
+        self.statsd = None
+        self._gc_pauses_held = False
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -98,13 +109,23 @@ class NSQD:
         Raises:
             OSError: an address cannot be bound.
             ValueError: a malformed address.
+            ConfigError: a bad statsd / e2e option (a ValueError).
         """
         from nsq.server.nsqd.client_v2 import ClientV2
         from nsq.server.nsqd.http import NSQDHTTPServer
+        from nsq.server.nsqd.stats import GC_PAUSES
 
+        try:
+            validate(self.options)
+        except ConfigError:
+            self.exiting = True  # nothing started yet: stop() has nothing to undo
+            raise
+        GC_PAUSES.acquire()
+        self._gc_pauses_held = True
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         self.start_time = int(time.time())
+        self._setup_tls()
         if self.data_path:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -112,6 +133,7 @@ class NSQD:
             # one thread for every fsync, so the event loop never waits on the disk
             self._disk_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsqd-disk")
             self._load_metadata()
+            self._metadata_loaded = True
         host, port = split_host_port(self.options.tcp_address)
 
         def factory() -> ClientV2:
@@ -132,6 +154,16 @@ class NSQD:
             self._unlock_data_path()
             raise
         log.info("HTTP: listening on %s", _fmt_addr(self.http_host, self.http_port))
+        if self.tls_context is not None and self.options.https_address:
+            try:
+                self.https_host, self.https_port = await self._http.start(self.options.https_address,
+                                                                          self.tls_context)
+            except BaseException:
+                self._tcp_server.close()
+                await self._http.stop()
+                self._unlock_data_path()
+                raise
+            log.info("HTTPS: listening on %s", _fmt_addr(self.https_host, self.https_port))
         # as Go: unset broadcast ports become the bound ones (/config shows them)
         if not self.options.broadcast_tcp_port:
             self.options.broadcast_tcp_port = self.tcp_port
@@ -140,6 +172,45 @@ class NSQD:
         self._scan_task = self._loop.create_task(self._scan_loop())
         if self.options.nsqlookupd_tcp_addresses:
             self.lookupds.set_addresses(self.options.nsqlookupd_tcp_addresses)
+        from nsq.server.nsqd.statsd import StatsdPusher, resolve_prefix
+
+        # as Go's New(): the prefix's %s becomes this nsqd's host key
+        self.options.statsd_prefix = resolve_prefix(self.options.statsd_prefix, self.options.broadcast_address,
+                                                    self.options.broadcast_http_port)
+        if self.options.statsd_address:
+            self.statsd = StatsdPusher(self)
+            self.statsd.start()
+
+    def auth_session(self):
+        """The aiohttp session AUTH queries use (``--http-client-*-timeout``)."""
+        if self._auth_session is None:
+            import aiohttp
+
+            from nsq import __version__
+
+            timeout = aiohttp.ClientTimeout(total=self.options.http_client_request_timeout,
+                                            connect=self.options.http_client_connect_timeout)
+            self._auth_session = aiohttp.ClientSession(timeout=timeout,
+                                                       headers={"User-Agent": f"nsqd/{__version__}"})
+        return self._auth_session
+
+    def _setup_tls(self) -> None:
+        """Build the TLS context from the --tls-* options (Go's New() rules).
+
+        Raises:
+            ValueError: a TLS option that cannot work.
+        """
+        from nsq.server.tls import build_server_context
+
+        opts = self.options
+        required = str(opts.tls_required).lower()
+        if opts.tls_client_auth_policy and required == "false":
+            required = "true"
+        self.tls_context = build_server_context(opts.tls_cert, opts.tls_key, opts.tls_client_auth_policy,
+                                                opts.tls_root_ca_file, opts.tls_min_version)
+        if self.tls_context is None and required != "false":
+            raise ValueError("cannot require TLS client connections without TLS key and cert")
+        self.tls_required = required
 
     async def stop(self) -> None:
         """Stop accepting, close every client cleanly and shut down."""
@@ -150,10 +221,20 @@ class NSQD:
         self.exiting = True
         log.info("NSQ: closing")
         await self.lookupds.close()
+        if self.statsd is not None:
+            await self.statsd.stop()
+        if self._gc_pauses_held:
+            from nsq.server.nsqd.stats import GC_PAUSES
+
+            GC_PAUSES.release()
+            self._gc_pauses_held = False
         for task in list(self._background):
             task.cancel()
         if self._lookupd_http is not None:
             await self._lookupd_http.close()
+        if self._auth_session is not None:
+            await self._auth_session.close()
+            self._auth_session = None
         if self._tcp_server is not None:
             self._tcp_server.close()
         self._flush_all()
@@ -392,7 +473,9 @@ class NSQD:
 
     def persist_metadata(self) -> None:
         """Write ``nsqd.dat`` (no-op without a data path or while loading)."""
-        if not self.data_path or self._loading:
+        if not self.data_path or self._loading or not self._metadata_loaded:
+            # never overwrite nsqd.dat before it was read (a failed start, or
+            # a data path another nsqd holds)
             return
         from nsq.server.nsqd.metadata import dump_metadata, write_metadata
 

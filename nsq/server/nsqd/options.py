@@ -88,11 +88,10 @@ class NSQDOptions:
         return dataclasses.replace(self, **changes)
 
 
-_LATER = " [accepted; takes effect in a later release]"
 
 OPTION_SPECS: tuple[OptionSpec, ...] = (
     OptionSpec("auth-http-address", "auth_http_addresses", "list",
-               "<addr>:<port> to query auth server (may be given multiple times)" + _LATER),
+               "<addr>:<port> to query auth server (may be given multiple times)"),
     OptionSpec("broadcast-address", "broadcast_address", "str",
                "address that will be registered with lookupd (defaults to the OS hostname)"),
     OptionSpec("broadcast-http-port", "broadcast_http_port", "int",
@@ -101,23 +100,24 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
                "TCP port that will be registered with lookupd (defaults to the TCP port that this nsqd is listening to)"),
     OptionSpec("data-path", "data_path", "str", "path to store disk-backed messages (default: the current directory)"),
     OptionSpec("deflate", "deflate", "bool",
-               "enable deflate feature negotiation (client compression)" + _LATER),
+               "enable deflate feature negotiation (client compression)"),
     OptionSpec("e2e-processing-latency-percentile", "e2e_processing_latency_percentiles", "floatlist",
-               "message processing time percentiles (as float (0, 1.0]) to track (can be specified multiple times or comma separated '1.0,0.99,0.95', default none)" + _LATER),
+               "message processing time percentiles (as float (0, 1.0]) to track (can be specified multiple times or comma separated '1.0,0.99,0.95', default none)"),
     OptionSpec("e2e-processing-latency-window-time", "e2e_processing_latency_window_time", "duration",
-               "calculate end to end latency quantiles for this duration of time" + _LATER),
+               "calculate end to end latency quantiles for this duration of time "
+               "(ie: 60s would only show quantile calculations from the past 60 seconds)"),
     OptionSpec("http-address", "http_address", "str", "<addr>:<port> to listen on for HTTP clients"),
     OptionSpec("http-client-connect-timeout", "http_client_connect_timeout", "duration", "timeout for HTTP connect"),
     OptionSpec("http-client-request-timeout", "http_client_request_timeout", "duration", "timeout for HTTP request"),
     OptionSpec("https-address", "https_address", "str",
-               "<addr>:<port> to listen on for HTTPS clients" + _LATER),
+               "<addr>:<port> to listen on for HTTPS clients"),
     OptionSpec("log-level", "log_level", "str", "set log verbosity: debug, info, warn, error, or fatal"),
     OptionSpec("log-prefix", "log_prefix", "str", "log message prefix"),
     OptionSpec("lookupd-tcp-address", "nsqlookupd_tcp_addresses", "list",
                "lookupd TCP address (may be given multiple times)"),
     OptionSpec("max-body-size", "max_body_size", "int", "maximum size of a single command body"),
     OptionSpec("max-bytes-per-file", "max_bytes_per_file", "int",
-               "number of bytes per diskqueue file before rolling" + _LATER),
+               "number of bytes per diskqueue file before rolling"),
     OptionSpec("max-channel-consumers", "max_channel_consumers", "int",
                "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)"),
     OptionSpec("max-deflate-level", "max_deflate_level", "int",
@@ -141,28 +141,28 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
                "unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)"),
     OptionSpec("output-buffer-timeout", "output_buffer_timeout", "duration",
                "default duration of time between flushing data to clients"),
-    OptionSpec("snappy", "snappy", "bool", "enable snappy feature negotiation (client compression)" + _LATER),
+    OptionSpec("snappy", "snappy", "bool", "enable snappy feature negotiation (client compression)"),
     OptionSpec("statsd-address", "statsd_address", "str",
-               "UDP <addr>:<port> of a statsd daemon for pushing stats" + _LATER),
-    OptionSpec("statsd-interval", "statsd_interval", "duration", "duration between pushing to statsd" + _LATER),
+               "UDP <addr>:<port> of a statsd daemon for pushing stats"),
+    OptionSpec("statsd-interval", "statsd_interval", "duration", "duration between pushing to statsd"),
     OptionSpec("statsd-mem-stats", "statsd_mem_stats", "bool",
-               "toggle sending memory and GC stats to statsd" + _LATER),
+               "toggle sending memory and GC stats to statsd"),
     OptionSpec("statsd-prefix", "statsd_prefix", "str",
-               "prefix used for keys sent to statsd (%s for host replacement)" + _LATER),
+               "prefix used for keys sent to statsd (%s for host replacement)"),
     OptionSpec("statsd-udp-packet-size", "statsd_udp_packet_size", "int",
-               "the size in bytes of statsd UDP packets" + _LATER),
-    OptionSpec("sync-every", "sync_every", "int", "number of messages per diskqueue fsync" + _LATER),
-    OptionSpec("sync-timeout", "sync_timeout", "duration", "duration of time per diskqueue fsync" + _LATER),
+               "the size in bytes of statsd UDP packets"),
+    OptionSpec("sync-every", "sync_every", "int", "number of messages per diskqueue fsync"),
+    OptionSpec("sync-timeout", "sync_timeout", "duration", "duration of time per diskqueue fsync"),
     OptionSpec("tcp-address", "tcp_address", "str", "<addr>:<port> to listen on for TCP clients"),
-    OptionSpec("tls-cert", "tls_cert", "str", "path to certificate file" + _LATER),
+    OptionSpec("tls-cert", "tls_cert", "str", "path to certificate file"),
     OptionSpec("tls-client-auth-policy", "tls_client_auth_policy", "str",
-               "client certificate auth policy ('require' or 'require-verify')" + _LATER),
-    OptionSpec("tls-key", "tls_key", "str", "path to key file" + _LATER),
+               "client certificate auth policy ('require' or 'require-verify')"),
+    OptionSpec("tls-key", "tls_key", "str", "path to key file"),
     OptionSpec("tls-min-version", "tls_min_version", "str",
-               "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', or 'tls1.2')" + _LATER),
+               "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', or 'tls1.2')"),
     OptionSpec("tls-required", "tls_required", "tls_required",
-               "require TLS for client connections (true, false, tcp-https)" + _LATER),
-    OptionSpec("tls-root-ca-file", "tls_root_ca_file", "str", "path to certificate authority file" + _LATER),
+               "require TLS for client connections (true, false, tcp-https)"),
+    OptionSpec("tls-root-ca-file", "tls_root_ca_file", "str", "path to certificate authority file"),
 )
 
 SPEC_BY_CFG = {spec.cfg: spec for spec in OPTION_SPECS}
@@ -182,6 +182,37 @@ def load_config(path: str) -> dict[str, Any]:
     return _load_config(path, SPEC_BY_CFG, _CFG_ALIASES)
 
 
+def _go_float(v: float) -> str:
+    # Go's %v of a float64: 2 not 2.0
+    text = repr(v)
+    return text[:-2] if text.endswith(".0") else text
+
+
+def validate(opts: NSQDOptions) -> None:
+    """Check the statsd and e2e options as Go nsqd's ``New`` does, and put the
+    percentiles in Go's order (descending, as its flag type sorts them).
+
+    Raises:
+        ConfigError: ``invalid E2E processing latency percentile: 1.5`` (Go's
+            text) for a percentile outside (0, 1]; a window time, statsd
+            interval or packet size that is not positive (Go would hang,
+            panic or silently use 4096 bytes).
+    """
+    percentiles = opts.e2e_processing_latency_percentiles
+    for v in percentiles:
+        if not 0 < v <= 1:  # also refuses NaN, which Go lets through
+            raise ConfigError(f"invalid E2E processing latency percentile: {_go_float(v)}")
+    if percentiles:
+        opts.e2e_processing_latency_percentiles = sorted(percentiles, reverse=True)
+        if not opts.e2e_processing_latency_window_time > 0:
+            raise ConfigError("--e2e-processing-latency-window-time must be positive")
+    if opts.statsd_address:
+        if not opts.statsd_interval > 0:
+            raise ConfigError("--statsd-interval must be positive")
+        if opts.statsd_udp_packet_size < 1:
+            raise ConfigError("--statsd-udp-packet-size must be positive")
+
+
 def describe(opts: NSQDOptions, cfg: str) -> Any:
     """The JSON value of option ``cfg`` for ``GET /config/<cfg>``."""
     value = getattr(opts, cfg)
@@ -191,4 +222,4 @@ def describe(opts: NSQDOptions, cfg: str) -> Any:
     return value
 
 
-__all__ += ["describe", "SPEC_BY_CFG", "format_duration"]
+__all__ += ["describe", "validate", "SPEC_BY_CFG", "format_duration"]

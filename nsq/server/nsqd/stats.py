@@ -2,18 +2,25 @@
 
 JSON shapes are WIRE-FACTS "HTTP": topics sorted by name, ``topics`` null
 when a filter matches nothing, ``producers`` null when there are none.
+``e2e_processing_latency`` is Go's quantile result (:func:`e2e_latency`,
+seed 000 "端到端处理延迟"); the text report prints its values as Go's
+``printStats`` does (``e2e%: 6.6s, 6.2s, 6.2s``). ``memory`` maps Go's
+runtime figures to CPython's (:func:`memory_stats`); statsd pushes the same.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import os
 import sys
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from nsq import NSQ_VERSION, __version__
 from nsq.server.durations import format_duration
+from nsq.server.nsqd.quantile import WindowedQuantile, merged_result
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.channel import Channel
@@ -21,7 +28,8 @@ if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD
     from nsq.server.nsqd.topic import Topic
 
-__all__ = ["get_stats", "render_text", "version_string"]
+__all__ = ["get_stats", "render_text", "version_string", "e2e_latency", "nanoseconds_to_human", "memory_stats",
+           "GC_PAUSES"]
 
 
 def version_string() -> str:
@@ -29,9 +37,50 @@ def version_string() -> str:
     return f"nsqd v{NSQ_VERSION} (built w/nsq-python {__version__}, Python {sys.version.split()[0]})"
 
 
-def _e2e(topic: str, channel: str, host: str) -> dict[str, Any]:
-    # e2e latency percentiles are computed by a later release: none configured
-    return {"count": 0, "percentiles": None, "topic": topic, "channel": channel, "host": host}
+def _json_number(q: float) -> float | int:
+    # Go's encoding/json writes 1.0 as 1
+    return int(q) if q == int(q) else q
+
+
+def e2e_latency(quantiles: list[WindowedQuantile], topic: str, channel: str, host: str) -> dict[str, Any]:
+    """Go's e2e processing latency object for a channel (its quantile) or a
+    topic (its channels' quantiles merged).
+
+    Returns:
+        ``{"count", "percentiles", "topic", "channel", "host"}``: ``count``
+        values (FINs) in the window; ``percentiles`` a list of
+        ``{"quantile": q, "value": ns}`` in the configured order (values 0
+        while the window is empty), or None when no quantile applies
+        (``--e2e-processing-latency-percentile`` not given, or a topic
+        without channels).
+    """
+    if not quantiles:
+        return {"count": 0, "percentiles": None, "topic": topic, "channel": channel, "host": host}
+    count, values = merged_result(quantiles, quantiles[0].percentiles)
+    return {
+        "count": count,
+        "percentiles": [{"quantile": _json_number(q), "value": int(v)} for q, v in values],
+        "topic": topic,
+        "channel": channel,
+        "host": host,
+    }
+
+
+def nanoseconds_to_human(value: float) -> str:
+    """A latency as Go's ``stringy.NanoSecondToHuman``: ``6.6s``, ``167.5ms``,
+    ``12.0us``, ``0.0ns`` (one decimal; the unit chosen strictly above 1000)."""
+    if value > 1e9:
+        return f"{value / 1e9:.1f}s"
+    if value > 1e6:
+        return f"{value / 1e6:.1f}ms"
+    if value > 1e3:
+        return f"{value / 1e3:.1f}us"
+    return f"{value:.1f}ns"
+
+
+def _e2e_text(latency: dict[str, Any]) -> str:
+    # Go's quantile.Result.String(): the values, comma separated ("" if none)
+    return ", ".join(nanoseconds_to_human(p["value"]) for p in latency["percentiles"] or [])
 
 
 def client_stats(client: ClientV2) -> dict[str, Any]:
@@ -49,15 +98,31 @@ def client_stats(client: ClientV2) -> dict[str, Any]:
         "requeue_count": client.requeue_count,
         "connect_ts": client.connect_ts,
         "sample_rate": client.sample_rate,
-        "deflate": False,
-        "snappy": False,
+        "deflate": client.deflate,
+        "snappy": client.snappy,
         "user_agent": client.user_agent,
-        "tls": False,
+        "tls": client.tls,
         "tls_cipher_suite": "",
         "tls_version": "",
         "tls_negotiated_protocol": "",
         "tls_negotiated_protocol_is_mutual": False,
     }
+    ssl_object = client.ssl_object
+    if ssl_object is not None:
+        from nsq.server.tls import tls_version_name
+
+        cipher = ssl_object.cipher()
+        out["tls_cipher_suite"] = cipher[0] if cipher else ""
+        out["tls_version"] = tls_version_name(ssl_object)
+        out["tls_negotiated_protocol"] = ssl_object.selected_alpn_protocol() or ""
+    state = client.auth_state
+    if state is not None and state.authorizations:
+        # Go: omitempty
+        out["authed"] = True
+        if state.identity:
+            out["auth_identity"] = state.identity
+        if state.identity_url:
+            out["auth_identity_url"] = state.identity_url
     if client.pub_counts:
         out["pub_counts"] = [{"topic": t, "count": c} for t, c in sorted(client.pub_counts.items())]
     return out
@@ -79,7 +144,8 @@ def channel_stats(channel: Channel, host: str, include_clients: bool) -> dict[st
         "client_count": len(channel.clients),
         "clients": clients,
         "paused": channel.paused,
-        "e2e_processing_latency": _e2e(channel.topic.name, channel.name, host),
+        "e2e_processing_latency": e2e_latency([channel.e2e] if channel.e2e is not None else [],
+                                              channel.topic.name, channel.name, host),
     }
 
 
@@ -98,31 +164,120 @@ def topic_stats(topic: Topic, host: str, channel_filter: str, include_clients: b
         "message_count": topic.message_count,
         "message_bytes": topic.message_bytes,
         "paused": topic.paused,
-        "e2e_processing_latency": _e2e(topic.name, "", host),
+        # Go: every channel's quantiles merged, whatever the channel filter
+        "e2e_processing_latency": e2e_latency([c.e2e for c in topic.channels.values() if c.e2e is not None],
+                                              topic.name, "", host),
     }
 
 
-def memory_stats() -> dict[str, int]:
-    """Go's ``memStats`` keys mapped to what CPython can tell cheaply.
+class GCPauses:
+    """Durations of CPython's last 256 garbage collections (Go keeps the last
+    256 GC pauses in ``runtime.MemStats.PauseNs``).
 
-    heap_objects: allocated memory blocks; heap_in_use_bytes: resident set
-    size; gc_total_runs: collections over all generations. Go-only figures
-    (idle/released heap, GC pause percentiles, next GC) are 0.
+    Installed as a :data:`gc.callbacks` hook while at least one nsqd runs
+    (:meth:`acquire` / :meth:`release`, reference counted): two calls of a
+    small function per collection, nothing per message.
     """
-    rss = 0
+
+    SIZE = 256
+
+    def __init__(self) -> None:
+        self.pauses_ns: deque[int] = deque(maxlen=self.SIZE)
+        self._started = 0
+        self._users = 0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter_ns()
+        elif self._started:
+            self.pauses_ns.append(time.perf_counter_ns() - self._started)
+            self._started = 0
+
+    def acquire(self) -> None:
+        """Start recording (first user installs the hook)."""
+        self._users += 1
+        if self._users == 1:
+            gc.callbacks.append(self._callback)
+
+    def release(self) -> None:
+        """Stop recording (last user removes the hook)."""
+        if self._users == 0:
+            return
+        self._users -= 1
+        if self._users == 0:
+            try:
+                gc.callbacks.remove(self._callback)
+            except ValueError:
+                pass
+            self._started = 0
+
+    def percentiles_usec(self) -> tuple[int, int, int]:
+        """(100th, 99th, 95th) percentile of the recorded pauses in us, by
+        Go statsd.go's ``percentile`` rule (sorted, index
+        ``floor(p/100 * len + 0.5)`` capped at the last); zeros if none."""
+        pauses = sorted(self.pauses_ns)
+        length = len(pauses)
+        if not length:
+            return 0, 0, 0
+
+        def pick(p: float) -> int:
+            index = min(int(math.floor(p / 100.0 * length + 0.5)), length - 1)
+            return pauses[index] // 1000
+
+        return pick(100.0), pick(99.0), pick(95.0)
+
+
+#: the process-wide GC pause recorder (nsqd acquires it while running)
+GC_PAUSES = GCPauses()
+
+
+def _rss_bytes() -> int:
     try:
         with open("/proc/self/statm") as fh:
-            rss = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         pass
+    try:  # no /proc (macOS, BSD): the peak RSS is the best cheap figure
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+    except (ImportError, OSError, ValueError):
+        return 0
+
+
+def memory_stats() -> dict[str, int]:
+    """Go's ``memStats`` keys (``/stats`` ``memory``, statsd ``mem.*``) mapped
+    to what CPython can tell cheaply.
+
+    ============================ ==============================================
+    key                          CPython figure
+    ============================ ==============================================
+    heap_objects                 ``sys.getallocatedblocks()``: memory blocks
+                                 allocated by the interpreter (Go: live heap
+                                 objects)
+    heap_idle_bytes              0 (Go: idle heap spans; not exposed)
+    heap_in_use_bytes            resident set size, bytes (``/proc/self/statm``;
+                                 elsewhere the peak RSS from ``getrusage``)
+    heap_released_bytes          0 (Go: heap returned to the OS; not exposed)
+    gc_pause_usec_100 / 99 / 95  percentiles of the last 256 garbage
+                                 collections' durations, us (:data:`GC_PAUSES`;
+                                 0 while no nsqd runs in the process)
+    next_gc_bytes                0 (CPython collects by allocation counts,
+                                 not heap bytes)
+    gc_total_runs                collections so far, all generations
+                                 (``gc.get_stats()``)
+    ============================ ==============================================
+    """
+    p100, p99, p95 = GC_PAUSES.percentiles_usec()
     return {
         "heap_objects": sys.getallocatedblocks(),
         "heap_idle_bytes": 0,
-        "heap_in_use_bytes": rss,
+        "heap_in_use_bytes": _rss_bytes(),
         "heap_released_bytes": 0,
-        "gc_pause_usec_100": 0,
-        "gc_pause_usec_99": 0,
-        "gc_pause_usec_95": 0,
+        "gc_pause_usec_100": p100,
+        "gc_pause_usec_99": p99,
+        "gc_pause_usec_95": p95,
         "next_gc_bytes": 0,
         "gc_total_runs": sum(s["collections"] for s in gc.get_stats()),
     }
@@ -190,14 +345,15 @@ def render_text(nsqd: NSQD, stats: dict[str, Any]) -> str:
         prefix = "*P " if t["paused"] else "   "
         out += (
             f"\n{prefix}[{t['topic_name']:<15}] depth: {t['depth']:<5} be-depth: {t['backend_depth']:<5} "
-            f"msgs: {t['message_count']:<8} e2e%: \n"
+            f"msgs: {t['message_count']:<8} e2e%: {_e2e_text(t['e2e_processing_latency'])}\n"
         )
         for c in t["channels"]:
             prefix = "   *P " if c["paused"] else "      "
             out += (
                 f"{prefix}[{c['channel_name']:<25}] depth: {c['depth']:<5} be-depth: {c['backend_depth']:<5} "
                 f"inflt: {c['in_flight_count']:<4} def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
-                f"timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8} e2e%: \n"
+                f"timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8} "
+                f"e2e%: {_e2e_text(c['e2e_processing_latency'])}\n"
             )
             for cl in c["clients"] or []:
                 out += (
