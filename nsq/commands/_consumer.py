@@ -9,14 +9,14 @@ checks with Go's messages, and the stop-on-signal event.
 from __future__ import annotations
 
 import asyncio
-import signal
 from typing import Any
 
 import click
 
-from nsq.commands._go import GoDuration, fail
+from nsq.commands._go import GoDuration, fail, run_async, stop_event
 
-__all__ = ["consumer_flags", "check_sources", "consumer_settings", "producer_settings", "stop_event", "tool_version",
+__all__ = ["consumer_flags", "check_sources", "consumer_settings", "producer_settings", "run_forwarder", "stop_event",
+           "tool_version",
            "user_agent"]
 
 
@@ -128,13 +128,25 @@ def producer_settings(tool: str, producer_opts: tuple[str, ...]) -> tuple[dict, 
     return identify, kwargs
 
 
-def stop_event() -> asyncio.Event:
-    """An event set on SIGINT or SIGTERM (call inside the running loop)."""
-    loop = asyncio.get_running_loop()
-    event = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+def run_forwarder(forwarder: Any) -> None:
+    """Run a library app (``await start()`` / ``await stop()``) until
+    SIGINT/SIGTERM and exit 0; a connection failure or other error is one
+    ``Error:`` line and exit 1."""
+    import sys
+
+    async def run() -> int:
+        stop = stop_event()
         try:
-            loop.add_signal_handler(sig, event.set)
-        except (NotImplementedError, RuntimeError):
-            pass
-    return event
+            await forwarder.start()
+            await stop.wait()
+        finally:
+            await forwarder.stop()
+        return 0
+
+    try:
+        code = run_async(run())
+    except (OSError, asyncio.TimeoutError) as exc:
+        fail(f"cannot connect to nsqd: {exc}")
+    except Exception as exc:
+        fail(str(exc))
+    sys.exit(code)

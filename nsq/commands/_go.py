@@ -17,7 +17,7 @@ import click
 from nsq.server.durations import format_duration, parse_duration
 
 __all__ = ["GoBool", "GoCommand", "GoDuration", "fail", "flag_values", "collect_options", "run_async", "serve_daemon",
-           "spec_options"]
+           "spec_options", "stop_event"]
 
 
 class GoCommand(click.Command):
@@ -168,7 +168,6 @@ def flag_values(specs, flags: dict[str, Any]) -> dict[str, Any]:
 async def serve_daemon(daemon: Any, log: Any) -> int:
     """Start ``daemon`` (``await start()``), run until SIGINT/SIGTERM, then
     ``await stop()``. Returns the exit code: 1 if it could not start."""
-    import signal
 
     try:
         await daemon.start()
@@ -176,16 +175,23 @@ async def serve_daemon(daemon: Any, log: Any) -> int:
         log.critical("failed to start: %s", exc)
         await daemon.stop()
         return 1
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
-    await stop.wait()
+    await stop_event().wait()
     await daemon.stop()
     return 0
+
+
+def stop_event() -> asyncio.Event:
+    """An event set on SIGINT or SIGTERM (call inside the running loop)."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    event = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, event.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    return event
 
 
 def collect_options(options: Any, specs, load_config, config: str | None, flags: dict[str, Any]) -> Any:

@@ -11,13 +11,12 @@ the rates, so ``--count N`` prints N-1 rows, as Go's does.
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from typing import Any
 
 import click
 
-from nsq.commands._go import GoCommand, GoDuration, fail, run_async
+from nsq.commands._go import GoCommand, GoDuration, fail, run_async, stop_event
 
 __all__ = ["stat"]
 
@@ -120,13 +119,7 @@ async def _loop(topic: str, channel: str, count: int | None, interval: float, lo
 
     from nsq.client.lookupd import LookupdHTTPClient
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
+    stop = stop_event()
     timeout = aiohttp.ClientTimeout(total=request_timeout, connect=connect_timeout)
     out = sys.stdout
     previous: dict[str, int] | None = None

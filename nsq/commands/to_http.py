@@ -17,14 +17,12 @@ clean errors at start. The nsqd connections identify as
 
 from __future__ import annotations
 
-import asyncio
-import sys
 
 import click
 
 from nsq.apps.to_http import DEFAULT_CONTENT_TYPE
-from nsq.commands._consumer import check_sources, consumer_flags, consumer_settings, stop_event
-from nsq.commands._go import GoCommand, fail, run_async
+from nsq.commands._consumer import check_sources, consumer_flags, consumer_settings, run_forwarder
+from nsq.commands._go import GoCommand, fail
 
 __all__ = ["to_http"]
 
@@ -102,20 +100,7 @@ def to_http(topic: str, channel: str, addresses: tuple[str, ...], lookupd: tuple
                                   mode=mode, publishers=publishers, sample=sample, status_every=status_every,
                                   connect_timeout=http_connect_timeout, request_timeout=http_request_timeout,
                                   identify=identify, consumer_args=kwargs)
-        code = run_async(_run(forwarder))
-    except (OSError, asyncio.TimeoutError) as exc:
-        fail(f"cannot connect to nsqd: {exc}")
-    except Exception as exc:
+    except ValueError as exc:
         fail(str(exc))
-    sys.exit(code)
+    run_forwarder(forwarder)
 
-
-async def _run(forwarder) -> int:
-    """Run ``forwarder`` until SIGINT/SIGTERM."""
-    stop = stop_event()
-    try:
-        await forwarder.start()
-        await stop.wait()
-    finally:
-        await forwarder.stop()
-    return 0

@@ -12,14 +12,12 @@ exit 0.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import sys
 
 import click
 
-from nsq.commands._consumer import check_sources, consumer_flags, consumer_settings, producer_settings, stop_event
-from nsq.commands._go import GoCommand, fail, run_async
+from nsq.commands._consumer import (check_sources, consumer_flags, consumer_settings, producer_settings,
+                                    run_forwarder)
+from nsq.commands._go import GoCommand, fail
 
 __all__ = ["to_nsq"]
 
@@ -76,8 +74,9 @@ def to_nsq(topics: tuple[str, ...], channel: str, addresses: tuple[str, ...], lo
         fail("--require-json-value requires --require-json-field")
     c_identify, c_kwargs = consumer_settings("nsq_to_nsq", consumer_opts, max_in_flight)
     p_identify, p_kwargs = producer_settings("nsq_to_nsq", producer_opts)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s: %(message)s",
-                        datefmt="%Y/%m/%d %H:%M:%S", stream=sys.stderr)
+    from nsq.server.logs import setup_logging
+
+    setup_logging("", "info")
     try:
         forwarder = NSQForwarder(topics, channel, destinations, nsqd_tcp_addresses=addresses,
                                  lookupd_http_addresses=lookupd, destination_topic=destination_topic, mode=mode,
@@ -85,20 +84,7 @@ def to_nsq(topics: tuple[str, ...], channel: str, addresses: tuple[str, ...], lo
                                  status_every=status_every, identify=c_identify, consumer_args=c_kwargs,
                                  producer_identify=p_identify, producer_args=p_kwargs,
                                  http_connect_timeout=http_connect_timeout, http_request_timeout=http_request_timeout)
-        code = run_async(_run(forwarder))
-    except (OSError, asyncio.TimeoutError) as exc:
-        fail(f"cannot connect to nsqd: {exc}")
-    except Exception as exc:
+    except ValueError as exc:
         fail(str(exc))
-    sys.exit(code)
+    run_forwarder(forwarder)
 
-
-async def _run(forwarder) -> int:
-    """Run ``forwarder`` until SIGINT/SIGTERM."""
-    stop = stop_event()
-    try:
-        await forwarder.start()
-        await stop.wait()
-    finally:
-        await forwarder.stop()
-    return 0
