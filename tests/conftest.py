@@ -19,6 +19,7 @@ async def make_nsqd() -> AsyncIterator[Callable[..., Awaitable[NSQD]]]:
     async def factory(**options: Any) -> NSQD:
         options.setdefault("tcp_address", "127.0.0.1:0")
         options.setdefault("http_address", "127.0.0.1:0")
+        options.setdefault("https_address", "127.0.0.1:0")  # used only with a TLS cert
         opts = NSQDOptions(**options)
         d = NSQD(opts)
         await d.start()

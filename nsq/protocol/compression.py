@@ -65,14 +65,23 @@ class SnappyCodec(Codec):
 
     name = "snappy"
 
-    def __init__(self) -> None:
+    def __init__(self, max_chunk: int = 16 * 1024) -> None:
         import snappy
 
+        self.max_chunk = max(max_chunk, 1)
         self._compress = snappy.StreamCompressor()
         self._decompress = snappy.StreamDecompressor()
 
     def encode(self, data: bytes) -> bytes:
-        return self._compress.add_chunk(bytes(data))
+        """Frame ``data`` in chunks of at most ``max_chunk`` uncompressed
+        bytes, as Go nsqd's buffered snappy writer does (one chunk per
+        ``output_buffer_size`` flush; pynsq reads chunk by chunk)."""
+        add = self._compress.add_chunk
+        size = self.max_chunk
+        if len(data) <= size:
+            return add(bytes(data))
+        view = memoryview(data)
+        return b"".join(add(bytes(view[i:i + size])) for i in range(0, len(data), size))
 
     def decode(self, data: bytes) -> bytes:
         try:

@@ -8,8 +8,10 @@ isolated mode (``-I``: no PYTHONPATH, no user site, no script directory on
 ``sys.path``) and with a scratch working directory, so ``import nsq`` there
 can only find pynsq.
 
-Versions are pinned; both were verified to install and import on CPython
-3.11. Changing a pin changes :data:`STAMP`, which rebuilds the cache.
+Versions are pinned; all were verified to install and import on CPython
+3.11. python-snappy (0.7.x is pure Python on top of cramjam's wheels, so no C
+compiler or libsnappy is needed) is what pynsq's ``snappy=True`` imports.
+Changing a pin changes :data:`STAMP`, which rebuilds the cache.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ __all__ = [
 ]
 
 #: Requirements installed into the virtualenv.
-PINS = ("pynsq==0.9.1", "tornado==6.6.1")
+#: pynsq must stay first (the tests read its version from ``PINS[0]``).
+PINS = ("pynsq==0.9.1", "tornado==6.6.1", "python-snappy==0.7.3", "cramjam==2.14.0")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = REPO_ROOT / ".cache"
@@ -132,7 +135,8 @@ def ensure_pynsq_venv() -> Path:
             # the interpreter must find pynsq (not this checkout) under "nsq"
             _run(
                 [py, "-I", "-c",
-                 "import nsq, tornado; assert hasattr(nsq, 'Reader') and hasattr(nsq, 'Writer'), nsq.__file__"],
+                 "import nsq, tornado, snappy, nsq.snappy_socket; "
+                 "assert hasattr(nsq, 'Reader') and hasattr(nsq, 'Writer'), nsq.__file__"],
                 _CREATE_TIMEOUT, "import check of pynsq",
             )
         except BaseException:

@@ -6,12 +6,13 @@ from the project is imported.
 
 Every line on stdout is one JSON object with a ``"event"`` key; diagnostics go
 to stderr. Exit status: 0 success, 2 timeout, 3 a publish failed, 4 wrong
-``nsq`` module, 5 unexpected data.
+``nsq`` module, 5 unexpected data, 6 a connection error.
 
 Modes::
 
-    writer --nsqd-tcp H:P --topic T --count N [--mpub-batch B] [--idle S]
-        Publish bodies ``<prefix>0`` .. ``<prefix>N-1``: the first half with
+    writer --nsqd-tcp H:P --topic T --count N [--mpub-batch B] [--idle S] [--pad P]
+        Publish bodies ``<prefix>0`` .. ``<prefix>N-1`` (``--pad``: longer
+        ones, see :func:`make_body`): the first half with
         PUB, the rest with MPUB in batches of B. Waits for every callback.
         ``--idle S`` keeps the connection idle S seconds before publishing
         (with ``--heartbeat-interval`` to exercise heartbeats). Prints
@@ -27,11 +28,31 @@ Modes::
 
     Both modes: ``--wait-stdin`` keeps the connection open after "done" until
     a line (or EOF) arrives on stdin, so the test can read client stats;
-    every IDENTIFY response is printed as {"event": "identify", "data"} and
-    every heartbeat as {"event": "heartbeat"}.
+    every IDENTIFY response is printed as {"event": "identify", "data"},
+    every AUTH response as {"event": "auth", "data"} and every heartbeat as
+    {"event": "heartbeat"}.
+
+    Negotiated features (both modes), passed to pynsq's Reader/Writer::
+
+        --snappy                 snappy=True (python-snappy in the virtualenv)
+        --deflate                deflate=True
+        --tls                    tls_v1=True (tls_options: the system CAs)
+        --tls-ca FILE            tls_v1=True, tls_options={"ca_certs": FILE}
+        --tls-cert F --tls-key K tls_options certfile/keyfile (a client certificate)
+        --auth-secret S          auth_secret=S
+
+    pynsq's snappy and deflate sockets are patched to raise BlockingIOError
+    where they mean "would block" (see :func:`fix_would_block`; a pynsq 0.9.1
+    bug under tornado >= 5), unless ``--no-fix-would-block``.
+
+    An error pynsq reports on a connection (an error frame such as
+    E_UNAUTHORIZED, a failed TLS upgrade) is printed as
+    {"event": "error", "error": TEXT} and ends the run with status 6 (3 when
+    it failed a publish).
 """
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -60,6 +81,8 @@ def parse_args(argv):
     p.add_argument("--channel", default="pynsq")
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--prefix", default="msg-")
+    p.add_argument("--pad", type=int, default=0,
+                   help="writer: append PAD bytes of hex digits to every body (see make_body)")
     p.add_argument("--mpub-batch", type=int, default=10)
     p.add_argument("--max-in-flight", type=int, default=10)
     p.add_argument("--requeue-first", action="store_true")
@@ -67,9 +90,77 @@ def parse_args(argv):
     p.add_argument("--heartbeat-interval", type=int, default=30)
     p.add_argument("--idle", type=float, default=0.0)
     p.add_argument("--deflate", action="store_true")
+    p.add_argument("--snappy", action="store_true")
+    p.add_argument("--tls", action="store_true")
+    p.add_argument("--tls-ca", default=None)
+    p.add_argument("--tls-cert", default=None)
+    p.add_argument("--tls-key", default=None)
+    p.add_argument("--auth-secret", default=None)
+    p.add_argument("--no-fix-would-block", action="store_true",
+                   help="leave pynsq's snappy/deflate sockets unpatched (see fix_would_block)")
     p.add_argument("--wait-stdin", action="store_true")
     p.add_argument("--timeout", type=float, default=30.0)
     return p.parse_args(argv)
+
+
+def make_body(prefix, i, pad=0):
+    """Body ``i`` of a writer run: ``<prefix><i>``, then with ``pad`` > 0 a
+    dash and ``pad`` hex digits (hashes: compressible, but not trivially)."""
+    body = "%s%d" % (prefix, i)
+    if pad > 0:
+        digits = "".join(hashlib.sha256(("%d-%d" % (i, j)).encode()).hexdigest() for j in range(pad // 64 + 1))
+        body += "-" + digits[:pad]
+    return body
+
+
+def error_text(error):
+    """pynsq's Error carries the error frame's bytes; SendError has its own str()."""
+    if type(error).__name__ == "Error" and error.args and isinstance(error.args[0], bytes):
+        return error.args[0].decode("utf-8", "replace")
+    return str(error)
+
+
+def fix_would_block():
+    """Work around a pynsq 0.9.1 bug under tornado >= 5 (a client bug, whatever the server).
+
+    pynsq's SnappySocket and DeflateSocket (nsq/snappy_socket.py,
+    nsq/deflate_socket.py) signal "nothing decompressed yet" with
+    ``socket.error(errno.EWOULDBLOCK)``: on Python 3 that is a plain
+    ``OSError`` whose ``errno`` is None, while tornado >= 5's
+    ``IOStream.read_from_fd`` only treats ``BlockingIOError`` as "would
+    block". So whenever one recv() holds only part of a compressed chunk and
+    nothing else, tornado logs "error on read: 11" and pynsq drops the
+    connection ("failed to unpack size"). Any server can cause that (TCP may
+    split a chunk anywhere); it is most likely with large chunks written at
+    once (see test_pynsq.py's test_snappy_reader_unpatched_pynsq). Raising
+    ``BlockingIOError`` instead (what the code means) is the whole fix;
+    ``--no-fix-would-block`` runs pynsq unpatched.
+    """
+    import types
+    import nsq.deflate_socket
+    try:
+        import nsq.snappy_socket
+        modules = (nsq.deflate_socket, nsq.snappy_socket)
+    except ImportError:  # no python-snappy
+        modules = (nsq.deflate_socket,)
+    for module in modules:
+        # the modules use their `socket` global only for socket.error(EWOULDBLOCK)
+        module.socket = types.SimpleNamespace(error=BlockingIOError)
+
+
+def connection_kwargs(args):
+    kwargs = dict(heartbeat_interval=args.heartbeat_interval, deflate=args.deflate, snappy=args.snappy)
+    if args.tls or args.tls_ca or args.tls_cert:
+        tls_options = {}
+        if args.tls_ca:
+            tls_options["ca_certs"] = args.tls_ca
+        if args.tls_cert:
+            tls_options["certfile"] = args.tls_cert
+            tls_options["keyfile"] = args.tls_key
+        kwargs.update(tls_v1=True, tls_options=tls_options)
+    if args.auth_secret:
+        kwargs["auth_secret"] = args.auth_secret
+    return kwargs
 
 
 def main(argv):
@@ -88,6 +179,8 @@ def main(argv):
         return 4
     emit(event="start", pynsq=nsq.__version__, tornado=tornado.version,
          python=sys.version.split()[0], nsq_file=nsq.__file__)
+    if not args.no_fix_would_block:
+        fix_would_block()
 
     loop = tornado.ioloop.IOLoop.current()
     state = {"rc": None}
@@ -117,14 +210,26 @@ def main(argv):
 
         threading.Thread(target=wait_stdin, daemon=True).start()
 
-    conn_kwargs = dict(heartbeat_interval=args.heartbeat_interval, deflate=args.deflate)
+    conn_kwargs = connection_kwargs(args)
 
     class Observed(object):
-        """Reports IDENTIFY responses and heartbeats on stdout."""
+        """Reports IDENTIFY and AUTH responses, errors and heartbeats on stdout."""
 
         def _on_connection_identify_response(self, conn, data, **kwargs):
             emit(event="identify", data=data)
             return super(Observed, self)._on_connection_identify_response(conn, data, **kwargs)
+
+        def _on_connection_auth_response(self, conn, data, **kwargs):
+            emit(event="auth", data=data)
+            return super(Observed, self)._on_connection_auth_response(conn, data, **kwargs)
+
+        def _on_connection_error(self, conn, error, **kwargs):
+            emit(event="error", error=error_text(error), type=type(error).__name__)
+            try:
+                # the Writer hands the error to the pending callback (status 3)
+                return super(Observed, self)._on_connection_error(conn, error, **kwargs)
+            finally:
+                finish(6)
 
         def heartbeat(self, conn):
             emit(event="heartbeat", t=time.time())
@@ -137,7 +242,7 @@ def main(argv):
 
     if args.mode == "writer":
         writer = Writer([args.nsqd_tcp], **conn_kwargs)
-        bodies = [("%s%d" % (args.prefix, i)).encode() for i in range(args.count)]
+        bodies = [make_body(args.prefix, i, args.pad).encode() for i in range(args.count)]
         results = {"ok": 0, "err": 0, "expected": 0}
 
         def on_done(conn, data, n=1):

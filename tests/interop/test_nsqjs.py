@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from .helpers import ScriptProcess, spawner, wait_stats
+from .pynsq_script import make_body
 
 pytestmark = [
     pytest.mark.slow,
@@ -97,6 +98,20 @@ def nsqjs_node_modules() -> Path:
             pytest.fail(reason)
         pytest.skip(reason)
     return CACHE_DIR / "node_modules"
+
+
+@pytest.fixture(scope="session")
+def nsqjs_snappy(nsqjs_node_modules) -> None:
+    """Skips unless nsqjs's optional snappy support (snappystream, whose snappy
+    binding comes as a prebuilt npm package per platform) loads here."""
+    env = dict(os.environ, NODE_PATH=str(nsqjs_node_modules))
+    env.pop("NODE_OPTIONS", None)
+    proc = subprocess.run(["node", "-e", "require('snappystream')"], env=env, cwd=CACHE_DIR,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        pytest.skip("nsqjs snappy: its optional dependency snappystream (native snappy binding) "
+                    f"did not install or load on this platform:\n{tail}")
 
 
 class NodeProcess(ScriptProcess):
@@ -298,3 +313,190 @@ async def test_reader_discovers_nsqds_through_our_lookupd(cluster, nsqjs, http):
     assert await r.finish() == 0, r.describe()
     for d in nsqds:
         assert d.topics[topic].channels["ch"].message_count == N // 2
+
+
+# -- negotiated features: snappy, deflate, TLS, client certificates, AUTH ---------
+
+FEATURE_N = 60
+PAD = 7000  # MPUB batches of 10 such bodies exceed snappy's 64 KiB chunk
+
+
+def padded_bodies(n: int = FEATURE_N, pad: int = PAD) -> list[str]:
+    """What ``--pad`` publishes: nsqjs_script.js's makeBody, the same as pynsq_script's make_body."""
+    return [make_body("msg-", i, pad) for i in range(n)]
+
+
+async def feature_roundtrip(nsqjs, http_get_json, topic: str, *flags: str,
+                            n: int = FEATURE_N, pad: int = PAD) -> dict:
+    """nsqjs Writer, then nsqjs Reader, both with ``flags``, through our nsqd.
+
+    Both hold the connection after "done" so their /stats entries can be
+    read; returns ``{"writer", "reader", "producer", "client"}``.
+    """
+    w = await nsqjs("writer", "--topic", topic, "--count", str(n), "--pad", str(pad),
+                    "--hold-stdin", "--timeout", "20", *flags)
+    done = await w.wait_event("done", timeout=20)
+    assert done["messages"] == n, w.describe()
+    stats = await http_get_json("/stats", format="json", topic=topic)
+    producers = stats["producers"] or []
+    assert len(producers) == 1, stats
+    producer = producers[0]
+    assert await w.finish(timeout=20) == 0, w.describe()
+    assert w.events[-1] == {"event": "closed"}, w.describe()
+
+    r = await nsqjs("reader", "--topic", topic, "--channel", "ch", "--count", str(n),
+                    "--max-in-flight", "20", "--hold-stdin", "--timeout", "20", *flags)
+    done = await r.wait_event("done", timeout=20)
+    assert done["received"] == n, r.describe()
+    _, t, c = await wait_stats(http_get_json, topic, "ch",
+                               lambda t, c: c["clients"] and c["clients"][0]["finish_count"] == n)
+    [client] = c["clients"]
+    assert client["finish_count"] == n, client
+    assert await r.finish(timeout=20) == 0, r.describe()
+    assert r.events[-1] == {"event": "closed"}, r.describe()
+    assert [m["body"] for m in r.of("message")] == padded_bodies(n, pad)  # in order, once each
+    assert t["message_count"] == n
+    assert t["message_bytes"] == sum(len(b) for b in padded_bodies(n, pad))
+    return {"writer": w, "reader": r, "producer": producer, "client": client}
+
+
+def assert_features(result: dict, *, tls: bool = False, snappy: bool = False, deflate: bool = False,
+                    tls_version: str = "TLS1.3") -> None:
+    """Both IDENTIFY answers granted exactly these features, and /stats shows them."""
+    for who in ("writer", "reader"):
+        [ready] = result[who].of("ready")[:1]
+        ident = ready["identify"]
+        assert ready["nsqjs"] == NSQJS_VERSION
+        assert ident["tls_v1"] is tls, (who, ident)
+        assert ident["snappy"] is snappy, (who, ident)
+        assert ident["deflate"] is deflate, (who, ident)
+    for who in ("producer", "client"):
+        s = result[who]
+        assert s["user_agent"] == USER_AGENT, s
+        assert s["tls"] is tls, (who, s)
+        assert s["snappy"] is snappy, (who, s)
+        assert s["deflate"] is deflate, (who, s)
+        if tls:
+            assert s["tls_version"] == tls_version, (who, s)
+            assert s["tls_cipher_suite"], (who, s)
+        else:
+            assert s["tls_version"] == "", (who, s)
+
+
+async def test_snappy_roundtrip(nsqjs_snappy, nsqjs, http_get_json):
+    """snappy: true (the optional snappystream module; its native snappy binding
+    came with npm) with 7 KB bodies: multi-chunk snappy frames both ways."""
+    result = await feature_roundtrip(nsqjs, http_get_json, "nsqjs_snappy", "--snappy")
+    assert_features(result, snappy=True)
+
+
+async def test_deflate_roundtrip(nsqjs, http_get_json):
+    """deflate: true, deflateLevel 9 asked for; our default --max-deflate-level
+    6 caps it, as Go does, and nsqjs deflates at the level granted."""
+    result = await feature_roundtrip(nsqjs, http_get_json, "nsqjs_deflate", "--deflate",
+                                     "--deflate-level", "9")
+    assert_features(result, deflate=True)
+    for who in ("writer", "reader"):
+        ident = result[who].of("ready")[0]["identify"]
+        assert ident["deflate_level"] == 6 and ident["max_deflate_level"] == 6, ident
+
+
+@pytest.mark.nsqd_options(tls=True)
+async def test_tls_roundtrip_with_ca(nsqjs, http_get_json, pki):
+    """tls: true with ca: <the test CA>: nsqjs verifies our certificate
+    (tlsVerification stays true) after IDENTIFY, then speaks TLS."""
+    result = await feature_roundtrip(nsqjs, http_get_json, "nsqjs_tls", "--tls-ca", pki.ca)
+    assert_features(result, tls=True)
+
+
+@pytest.mark.nsqd_options(tls=True)
+async def test_tls_untrusted_server_certificate(nsqd, nsqjs, pki):
+    """Without the CA (and tlsVerification left on) nsqjs refuses our
+    certificate and reports it; nothing is published."""
+    w = await nsqjs("writer", "--topic", "nsqjs_untrusted", "--count", "1", "--tls", "--timeout", "15")
+    assert await w.finish(timeout=20) == 2, w.describe()
+    err = w.of("error")[0]["message"]
+    assert "certificate" in err, w.describe()
+    assert "nsqjs_untrusted" not in nsqd.topics
+
+
+@pytest.mark.nsqd_options(tls=True)
+async def test_tls_no_verification_with_deflate(nsqjs, http_get_json):
+    """tls: true, tlsVerification: false, then deflate over the TLS stream."""
+    result = await feature_roundtrip(nsqjs, http_get_json, "nsqjs_tls_deflate", "--no-tls-verify",
+                                     "--deflate")
+    assert_features(result, tls=True, deflate=True)
+
+
+@pytest.mark.nsqd_options(tls=True)
+async def test_tls_snappy_roundtrip(nsqjs_snappy, nsqjs, http_get_json, pki):
+    """TLS, then snappy over the TLS stream."""
+    result = await feature_roundtrip(nsqjs, http_get_json, "nsqjs_tls_snappy", "--tls-ca", pki.ca,
+                                     "--snappy")
+    assert_features(result, tls=True, snappy=True)
+
+
+@pytest.mark.nsqd_options(client_auth=True)
+async def test_tls_client_certificate(nsqd, nsqjs, http_get_json, pki):
+    """--tls-client-auth-policy=require-verify: nsqjs with cert/key from the
+    test CA gets through; without a certificate it does not."""
+    result = await feature_roundtrip(nsqjs, http_get_json, "nsqjs_client_cert", "--tls-ca", pki.ca,
+                                     "--tls-cert", pki.client_cert, "--tls-key", pki.client_key,
+                                     n=20, pad=100)
+    assert_features(result, tls=True)
+
+    # no certificate; one from another CA. With TLS 1.3 the client's side of
+    # the handshake is done before the server refuses the certificate, so
+    # nsqjs sees the connection close rather than an alert.
+    for cert in ([], ["--tls-cert", pki.other_cert, "--tls-key", pki.other_key]):
+        w = await nsqjs("writer", "--topic", "nsqjs_no_cert", "--count", "1", "--tls-ca", pki.ca,
+                        *cert, "--timeout", "15")
+        assert await w.finish(timeout=20) == 2, w.describe()
+        assert w.of("error"), w.describe()
+        assert w.of("done") == [], w.describe()
+    assert "nsqjs_no_cert" not in nsqd.topics
+
+
+def grant(topic: str, channels: list[str], *permissions: str) -> dict:
+    return {"permissions": list(permissions), "topic": topic, "channels": channels}
+
+
+@pytest.mark.nsqd_options(auth=True)
+async def test_auth_allowed_and_refused(nsqd, nsqjs, http_get_json, authd):
+    """authSecret: AUTH after IDENTIFY, then PUB/MPUB and SUB are checked."""
+    topic = "nsqjs_auth"
+    # as in Go, PUB checks the channel "" against the channel regexes too
+    authd.answers["rw"] = {"ttl": 3600, "identity": "rw-user", "identity_url": "https://auth.example/rw",
+                           "authorizations": [grant(f"^{topic}$", [".*"], "publish"),
+                                              grant(f"^{topic}$", ["^ch$"], "subscribe")]}
+    authd.answers["read-only"] = {"ttl": 3600, "identity": "reader",
+                                  "authorizations": [grant(f"^{topic}$", [".*"], "subscribe")]}
+
+    result = await feature_roundtrip(nsqjs, http_get_json, topic, "--auth-secret", "rw", n=20, pad=10)
+    for who in ("writer", "reader"):
+        ready = result[who].of("ready")[0]
+        assert ready["identify"]["auth_required"] is True
+        assert ready["auth"] == {"identity": "rw-user", "identity_url": "https://auth.example/rw",
+                                 "permission_count": 2}, result[who].describe()
+    for who in ("producer", "client"):
+        assert result[who]["authed"] is True and result[who]["auth_identity"] == "rw-user", result[who]
+    assert [q["secret"] for q in authd.queries] == ["rw", "rw"]
+    assert all(q["tls"] == "false" and q["remote_ip"] == "127.0.0.1" for q in authd.queries)
+
+    w = await nsqjs("writer", "--topic", topic, "--count", "2", "--auth-secret", "read-only",
+                    "--timeout", "15")
+    assert await w.finish(timeout=20) == 2, w.describe()
+    assert f'E_UNAUTHORIZED AUTH failed for PUB on "{topic}" ""' in w.of("error")[0]["message"], w.describe()
+
+    r = await nsqjs("reader", "--topic", topic, "--channel", "other", "--count", "1",
+                    "--auth-secret", "rw", "--timeout", "15")
+    assert await r.finish(timeout=20) == 2, r.describe()
+    assert f'E_UNAUTHORIZED AUTH failed for SUB on "{topic}" "other"' in r.of("error")[0]["message"], \
+        r.describe()
+
+    w = await nsqjs("writer", "--topic", topic, "--count", "1", "--auth-secret", "nobody", "--timeout", "15")
+    assert await w.finish(timeout=20) == 2, w.describe()
+    assert "E_AUTH_FAILED AUTH failed" in w.of("error")[0]["message"], w.describe()
+
+    assert nsqd.topics[topic].message_count == 20
+    assert "other" not in nsqd.topics[topic].channels

@@ -497,7 +497,8 @@ class ClientV2(asyncio.Protocol):
         self._write_now()
         codec: Codec | None = None
         if snappy:
-            codec = SnappyCodec()
+            # Go: chunks of output_buffer_size; unbuffered (-1): whole writes
+            codec = SnappyCodec(self.output_buffer_size if self.output_buffer_size >= 64 else 65536)
         elif deflate:
             codec = DeflateCodec(deflate_level)
         if tls:

@@ -7,8 +7,9 @@
  * close cleanly, 64 bad usage.
  *
  *   node nsqjs_script.js writer --host H --port P --topic T --count N
- *        [--mpub-batch B] [--defer-ms D] [--hold-stdin] [--timeout S]
- *     A Writer publishes N messages "msg-0".."msg-<N-1>": the first half one by
+ *        [--mpub-batch B] [--defer-ms D] [--pad P] [--hold-stdin] [--timeout S]
+ *     A Writer publishes N messages "msg-0".."msg-<N-1>" (with --pad P > 0,
+ *     longer ones: see makeBody): the first half one by
  *     one (PUB), the rest as arrays of up to B (MPUB); with --defer-ms D > 0 one
  *     more message "deferred" goes out with deferPublish (DPUB). Prints "done"
  *     once every callback has reported success.
@@ -26,9 +27,24 @@
  *
  * With --hold-stdin the client stays connected after "done" until stdin is
  * closed (so the test can inspect /stats), then closes and prints "closed".
+ *
+ * Negotiated features (both modes), as nsqjs connection options:
+ *   --snappy                  snappy: true (the optional snappystream module)
+ *   --deflate                 deflate: true (--deflate-level L: deflateLevel)
+ *   --tls                     tls: true
+ *   --tls-ca FILE             tls: true, ca: <FILE's contents>
+ *   --tls-cert F --tls-key K  cert/key: a client certificate
+ *   --no-tls-verify           tlsVerification: false
+ *   --auth-secret S           authSecret: S
+ * The "ready" event carries the IDENTIFY answer ("identify") and the AUTH
+ * answer ("auth", null without AUTH). An error nsqjs reports (an error
+ * frame such as E_UNAUTHORIZED, a failed TLS handshake) ends the run with
+ * status 2 and an "error" event whose "message" has the text.
  */
 
 // nsqjs is resolved from NODE_PATH (the cached node_modules) or next to this file.
+const crypto = require('crypto')
+const fs = require('fs')
 const nsq = require('nsqjs')
 const nsqjsVersion = require('nsqjs/package.json').version
 
@@ -53,14 +69,31 @@ function parseArgs(argv) {
     count: 1,
     mpubBatch: 10,
     deferMs: 0,
+    pad: 0,
     maxInFlight: 1,
     requeue: false,
     holdStdin: false,
     timeout: 30,
     lookupd: [],
     lookupdPoll: 60,
+    snappy: false,
+    deflate: false,
+    deflateLevel: null,
+    tls: false,
+    tlsCa: null,
+    tlsCert: null,
+    tlsKey: null,
+    noTlsVerify: false,
+    authSecret: null,
   }
-  const flags = {'--requeue': 'requeue', '--hold-stdin': 'holdStdin'}
+  const flags = {
+    '--requeue': 'requeue',
+    '--hold-stdin': 'holdStdin',
+    '--snappy': 'snappy',
+    '--deflate': 'deflate',
+    '--tls': 'tls',
+    '--no-tls-verify': 'noTlsVerify',
+  }
   const valued = {
     '--host': ['host', String],
     '--port': ['port', Number],
@@ -69,9 +102,15 @@ function parseArgs(argv) {
     '--count': ['count', Number],
     '--mpub-batch': ['mpubBatch', Number],
     '--defer-ms': ['deferMs', Number],
+    '--pad': ['pad', Number],
     '--max-in-flight': ['maxInFlight', Number],
     '--timeout': ['timeout', Number],
     '--lookupd-poll': ['lookupdPoll', Number],
+    '--deflate-level': ['deflateLevel', Number],
+    '--tls-ca': ['tlsCa', String],
+    '--tls-cert': ['tlsCert', String],
+    '--tls-key': ['tlsKey', String],
+    '--auth-secret': ['authSecret', String],
   }
   for (let i = 0; i < rest.length; i++) {
     const arg = rest[i]
@@ -93,6 +132,35 @@ function parseArgs(argv) {
   if (!opts.topic) fail(64, '--topic is required')
   if (mode === 'reader' && !opts.channel) fail(64, '--channel is required')
   return opts
+}
+
+// Body i: "msg-<i>", then with pad > 0 a dash and pad hex digits (sha256
+// of "<i>-<j>", j = 0, 1, ...): the same as make_body in pynsq_script.py.
+function makeBody(i, pad) {
+  let body = `msg-${i}`
+  if (pad > 0) {
+    let digits = ''
+    for (let j = 0; digits.length < pad; j++) {
+      digits += crypto.createHash('sha256').update(`${i}-${j}`).digest('hex')
+    }
+    body += '-' + digits.slice(0, pad)
+  }
+  return body
+}
+
+// nsqjs connection options for the negotiated features asked for.
+function featureOptions(opts) {
+  const o = {}
+  if (opts.snappy) o.snappy = true
+  if (opts.deflate) o.deflate = true
+  if (opts.deflateLevel !== null) o.deflateLevel = opts.deflateLevel
+  if (opts.tls || opts.tlsCa || opts.tlsCert || opts.noTlsVerify) o.tls = true
+  if (opts.tlsCa) o.ca = fs.readFileSync(opts.tlsCa)
+  if (opts.tlsCert) o.cert = fs.readFileSync(opts.tlsCert)
+  if (opts.tlsKey) o.key = fs.readFileSync(opts.tlsKey)
+  if (opts.noTlsVerify) o.tlsVerification = false
+  if (opts.authSecret !== null) o.authSecret = opts.authSecret
+  return o
 }
 
 function startTimeout(opts) {
@@ -119,7 +187,7 @@ function closeDeadline() {
 
 function runWriter(opts) {
   const timer = startTimeout(opts)
-  const w = new nsq.Writer(opts.host, opts.port)
+  const w = new nsq.Writer(opts.host, opts.port, featureOptions(opts))
   let closing = false
   let started = false
 
@@ -137,9 +205,10 @@ function runWriter(opts) {
     emit('ready', {
       nsqjs: nsqjsVersion,
       identify: w.conn.statemachine.identifyResponse,
+      auth: w.conn.auth || null,
     })
 
-    const bodies = Array.from({length: opts.count}, (_, i) => `msg-${i}`)
+    const bodies = Array.from({length: opts.count}, (_, i) => makeBody(i, opts.pad))
     const singles = bodies.slice(0, Math.floor(opts.count / 2))
     const batches = []
     for (let i = singles.length; i < bodies.length; i += opts.mpubBatch) {
@@ -198,6 +267,7 @@ function runReader(opts) {
     : {nsqdTCPAddresses: [`${opts.host}:${opts.port}`]}
   const r = new TracingReader(opts.topic, opts.channel, {
     ...where,
+    ...featureOptions(opts),
     maxInFlight: opts.maxInFlight,
   })
   const finished = new Set()
@@ -218,6 +288,7 @@ function runReader(opts) {
     emit('ready', {
       nsqjs: nsqjsVersion,
       identify: conns.length ? conns[0].statemachine.identifyResponse : null,
+      auth: conns.length ? conns[0].auth || null : null,
     })
   })
 
