@@ -1,0 +1,81 @@
+"""`nsq bench`: the tools run against a real nsqd and print sane lines (no timing asserted)."""
+
+from __future__ import annotations
+
+import re
+
+from nsq.apps.bench import (
+    BenchResult,
+    LatencyResult,
+    _fins,
+    parse_deadline,
+    parse_latency_line,
+    parse_result_line,
+)
+from nsq.protocol import commands
+from tests.cli.conftest import free_port, run_nsq
+
+
+class _Run:
+    def __init__(self, *args: str) -> None:
+        r = run_nsq(*args, timeout=30)
+        self.returncode, self.stdout, self.stderr = r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def test_writer_reader_latency_against_nsqd(nsqd_proc):
+    r = _Run("bench", "writer", f"--nsqd-tcp-address={nsqd_proc.tcp}", "--runfor=0.5s", "--connections=2",
+                "--batch-size=50")
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(r"\[bench_writer\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d duration: [\d.]+m?s - [\d.]+mb/s - "
+                        r"[\d.]+ops/s - [\d.]+us/op\n", r.stdout), r.stdout
+    w = parse_result_line(r.stdout)
+    assert w["mode"] == "writer" and w["seconds"] >= 0.5 and w["ops_per_s"] > 0 and w["mb_per_s"] > 0
+
+    # Go's single-dash flags work too; the reader drains what the writer left
+    r = _Run("bench", "reader", "-nsqd-tcp-address", nsqd_proc.tcp, "-runfor=0.5s", "--connections=1",
+                "--rdy=100")
+    assert r.returncode == 0, r.stderr
+    rd = parse_result_line(r.stdout)
+    assert rd["mode"] == "reader" and rd["ops_per_s"] > 0 and rd["us_per_op"] > 0
+
+    r = _Run("bench", "latency", f"--nsqd-tcp-address={nsqd_proc.tcp}", "--runfor=0.5s", "--topic=lat")
+    assert r.returncode == 0, r.stderr
+    lat = parse_latency_line(r.stdout)
+    assert lat["count"] > 0 and 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+
+
+def test_refused_connection_is_one_line():
+    r = _Run("bench", "writer", f"--nsqd-tcp-address=127.0.0.1:{free_port()}", "--runfor=0.2s",
+                "--connections=1")
+    assert r.returncode != 0
+    assert r.stderr.startswith("Error: dial tcp") and "Traceback" not in r.stderr
+
+
+def test_flag_errors():
+    r = _Run("bench", "reader", "--deadline=tomorrow")
+    assert r.returncode != 0 and "invalid --deadline" in r.stderr
+    r = _Run("bench", "writer", "--topic=bad topic")
+    assert r.returncode != 0 and "invalid --topic" in r.stderr
+
+
+def test_line_formats_match_go():
+    line = BenchResult("writer", 10_000_512_345, 9_002_426, 200).line()
+    assert line.endswith("duration: 10.000512345s - 171.699mb/s - 900196.479ops/s - 1.111us/op")
+    assert line.startswith("[bench_writer] ")
+    # Go's float formatting of a run that counted nothing
+    assert BenchResult("reader", 1_000_000_000, 0, 200).line().endswith(
+        "duration: 1s - 0.000mb/s - 0.000ops/s - +Infus/op")
+    lat = LatencyResult(2_000_000_000, [i * 1000 for i in range(1, 101)])
+    assert lat.line().endswith("duration: 2s - 100 msgs - p50: 50.000us - p90: 90.000us - p99: 99.000us - "
+                               "max: 100.000us")
+    assert parse_latency_line(lat.line())["p99"] == 99.0
+
+
+def test_fins_are_fin_commands():
+    ids = [b"0123456789abcdef", b"fedcba9876543210"]
+    assert _fins(ids) == commands.fin(ids[0]) + commands.fin(ids[1])
+
+
+def test_deadline_is_utc():
+    d = parse_deadline("2030-01-02 03:04:05")
+    assert d.utcoffset().total_seconds() == 0 and d.hour == 3
