@@ -320,14 +320,7 @@ def _response(sock: socket.socket, reader: FrameReader) -> bytes:
         BenchError: an error frame, a message frame or the connection closed.
     """
     while True:
-        frame = reader.next_frame()
-        if frame is None:
-            data = sock.recv(_RECV)
-            if not data:
-                raise BenchError("connection closed by nsqd")
-            reader.feed(data)
-            continue
-        frame_type, data = frame
+        frame_type, data = _read_frame(sock, reader)
         if frame_type == FRAME_TYPE_RESPONSE:
             if data == HEARTBEAT:
                 sock.sendall(_NOP)
@@ -599,17 +592,26 @@ def run_latency(opts: BenchOptions, progress: Progress | None = None) -> Latency
     return LatencyResult(duration, samples)
 
 
+def _read_frame(sock: socket.socket, reader: FrameReader) -> tuple[int, bytes]:
+    """The next frame, reading the socket as needed (blocking).
+
+    Raises:
+        BenchError: the connection closed.
+    """
+    while True:
+        frame = reader.next_frame()
+        if frame is not None:
+            return frame
+        data = sock.recv(_RECV)
+        if not data:
+            raise BenchError("connection closed by nsqd")
+        reader.feed(data)
+
+
 def _next_message(sock: socket.socket, reader: FrameReader) -> bytes:
     """Read to the next message frame; returns its ID."""
     while True:
-        frame = reader.next_frame()
-        if frame is None:
-            data = sock.recv(_RECV)
-            if not data:
-                raise BenchError("connection closed by nsqd")
-            reader.feed(data)
-            continue
-        frame_type, data = frame
+        frame_type, data = _read_frame(sock, reader)
         if frame_type == FRAME_TYPE_MESSAGE:
             return data[10:26]
         if frame_type == FRAME_TYPE_ERROR:
