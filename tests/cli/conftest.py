@@ -16,32 +16,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class NSQDProcess:
-    """`nsq nsqd` (or another launcher) as a real subprocess on free ports."""
+class DaemonProcess:
+    """An ``nsq`` daemon as a real subprocess on free loopback ports; ready
+    once its HTTP ``/ping`` answers OK (20 s at most)."""
 
-    def __init__(self, argv_prefix: list[str], extra: list[str] | None = None) -> None:
-        import tempfile
+    name = "daemon"
 
-        self._data_dir = tempfile.TemporaryDirectory(prefix="nsqd-data-")
-        self.data_path = self._data_dir.name
-        self.tcp_port = free_port()
-        self.http_port = free_port()
-        self.tcp = f"127.0.0.1:{self.tcp_port}"
-        self.http = f"127.0.0.1:{self.http_port}"
-        argv = argv_prefix + ["nsqd", f"--tcp-address={self.tcp}", f"-http-address={self.http}",
-                                      f"--data-path={self.data_path}"] + (extra or [])
+    def __init__(self, argv: list[str]) -> None:
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"nsqd exited: {self.proc.stderr.read().decode()}")
+                raise RuntimeError(f"{self.name} exited: {self.proc.stderr.read().decode()}")
             try:
-                with urllib.request.urlopen(f"http://{self.http}/ping", timeout=1) as r:
-                    if r.read() == b"OK":
-                        return
+                if self.get("/ping") == b"OK":
+                    return
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError("nsqd did not start")
+        self.stop()
+        raise RuntimeError(f"{self.name} did not start")
 
     def get(self, path: str) -> bytes:
         with urllib.request.urlopen(f"http://{self.http}{path}", timeout=5) as r:
@@ -53,6 +46,7 @@ class NSQDProcess:
             return r.read()
 
     def stop(self) -> int:
+        """SIGTERM, wait; returns the exit status."""
         if self.proc.poll() is None:
             self.proc.terminate()
         try:
@@ -60,7 +54,31 @@ class NSQDProcess:
         finally:
             self.proc.stdout.close()
             self.proc.stderr.close()
-            self._data_dir.cleanup()
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        pass
+
+
+class NSQDProcess(DaemonProcess):
+    """`nsq nsqd` (or another launcher) with its own temporary data path."""
+
+    name = "nsqd"
+
+    def __init__(self, argv_prefix: list[str], extra: list[str] | None = None) -> None:
+        import tempfile
+
+        self._data_dir = tempfile.TemporaryDirectory(prefix="nsqd-data-")
+        self.data_path = self._data_dir.name
+        self.tcp_port = free_port()
+        self.http_port = free_port()
+        self.tcp = f"127.0.0.1:{self.tcp_port}"
+        self.http = f"127.0.0.1:{self.http_port}"
+        super().__init__(argv_prefix + ["nsqd", f"--tcp-address={self.tcp}", f"-http-address={self.http}",
+                                        f"--data-path={self.data_path}"] + (extra or []))
+
+    def _cleanup(self) -> None:
+        self._data_dir.cleanup()
 
 
 NSQ = [sys.executable, "-m", "nsq"]

@@ -4,54 +4,30 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from tests.cli.conftest import NSQ, NSQDProcess, free_port, run_nsq
+from tests.cli.conftest import NSQ, DaemonProcess, NSQDProcess, free_port, run_nsq
 
 
-class LookupdProcess:
+class LookupdProcess(DaemonProcess):
     """`nsq lookupd` as a subprocess on free ports."""
+
+    name = "lookupd"
 
     def __init__(self, extra: list[str] | None = None) -> None:
         self.tcp_port = free_port()
         self.http_port = free_port()
         self.tcp = f"127.0.0.1:{self.tcp_port}"
         self.http = f"127.0.0.1:{self.http_port}"
-        argv = NSQ + ["lookupd", f"--tcp-address={self.tcp}", f"-http-address={self.http}",
-                      "--broadcast-address=127.0.0.1"] + (extra or [])
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"lookupd exited: {self.proc.stderr.read().decode()}")
-            try:
-                if self.get("/ping") == b"OK":
-                    return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("lookupd did not start")
-
-    def get(self, path: str) -> bytes:
-        with urllib.request.urlopen(f"http://{self.http}{path}", timeout=5) as r:
-            return r.read()
+        super().__init__(NSQ + ["lookupd", f"--tcp-address={self.tcp}", f"-http-address={self.http}",
+                                "--broadcast-address=127.0.0.1"] + (extra or []))
 
     def get_json(self, path: str):
         return json.loads(self.get(path))
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            return self.proc.wait(10)
-        finally:
-            self.proc.stdout.close()
-            self.proc.stderr.close()
 
 
 def poll(predicate, timeout: float = 5.0, interval: float = 0.05):

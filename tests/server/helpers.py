@@ -25,19 +25,28 @@ class Closed(Exception):
     """The server closed the connection."""
 
 
-class Conn:
-    """One raw V2 TCP connection to nsqd."""
+_CLASS_MAGIC = object()
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+
+class RawConn:
+    """A raw TCP connection with an incremental parser (a sans-IO reader
+    with ``feed(bytes)``); subclasses say how to take one item off it."""
+
+    MAGIC: bytes = b""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, parser: Any) -> None:
         self.reader = reader
         self.writer = writer
-        self.frames = FrameReader()
+        self.parser = parser
         self.eof = False
 
     @classmethod
-    async def open(cls, port: int, magic: bytes | None = MAGIC_V2) -> Conn:
+    async def open(cls, port: int, magic: Any = _CLASS_MAGIC):
+        """Connect and send ``magic`` (default: the class's; None: nothing)."""
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         conn = cls(reader, writer)
+        if magic is _CLASS_MAGIC:
+            magic = cls.MAGIC
         if magic is not None:
             writer.write(magic)
         return conn
@@ -56,20 +65,61 @@ class Conn:
         if not data:
             self.eof = True
             raise Closed()
-        self.frames.feed(data)
+        self.parser.feed(data)
 
-    async def read_frame(self, timeout: float = 1.0) -> tuple[int, bytes]:
-        """The next frame; raises TimeoutError or Closed."""
+    def _take(self) -> Any:
+        """The next parsed item, or None (subclasses)."""
+        raise NotImplementedError
+
+    async def _next(self, timeout: float) -> Any:
+        """The next item; raises TimeoutError or Closed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            frame = self.frames.next_frame()
-            if frame is not None:
-                return frame
+            item = self._take()
+            if item is not None:
+                return item
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise asyncio.TimeoutError()
             await self._fill(remaining)
+
+    async def expect_closed(self, timeout: float = 1.0) -> list:
+        """Wait for EOF; returns what was received before it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        got = []
+        while True:
+            item = self._take()
+            if item is not None:
+                got.append(item)
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise AssertionError(f"connection not closed within {timeout}s (got {got!r})")
+            try:
+                await self._fill(remaining)
+            except Closed:
+                return got
+            except asyncio.TimeoutError:
+                raise AssertionError(f"connection not closed within {timeout}s (got {got!r})") from None
+
+
+class Conn(RawConn):
+    """One raw V2 TCP connection to nsqd."""
+
+    MAGIC = MAGIC_V2
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        super().__init__(reader, writer, FrameReader())
+        self.frames = self.parser
+
+    def _take(self) -> tuple[int, bytes] | None:
+        return self.frames.next_frame()
+
+    async def read_frame(self, timeout: float = 1.0) -> tuple[int, bytes]:
+        """The next frame; raises TimeoutError or Closed."""
+        return await self._next(timeout)
 
     async def expect_response(self, data: bytes, timeout: float = 1.0) -> None:
         assert await self.read_frame(timeout) == (FRAME_TYPE_RESPONSE, data)
@@ -94,26 +144,6 @@ class Conn:
         except asyncio.TimeoutError:
             return
         raise AssertionError(f"unexpected frame {frame!r}")
-
-    async def expect_closed(self, timeout: float = 1.0) -> list[tuple[int, bytes]]:
-        """Wait for EOF; returns any frames received before it."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        got = []
-        while True:
-            frame = self.frames.next_frame()
-            if frame is not None:
-                got.append(frame)
-                continue
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise AssertionError(f"connection not closed within {timeout}s (frames {got!r})")
-            try:
-                await self._fill(remaining)
-            except Closed:
-                return got
-            except asyncio.TimeoutError:
-                raise AssertionError(f"connection not closed within {timeout}s (frames {got!r})") from None
 
     async def identify(self, **data: Any) -> tuple[int, bytes]:
         await self.send(c.identify(data))

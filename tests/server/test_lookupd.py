@@ -31,7 +31,7 @@ from nsq.protocol.lookupd import (
     encode_unregister,
 )
 from nsq.server.lookupd import LookupdOptions, NSQLookupd
-from .helpers import HTTP, Closed, error_json, wait_for
+from .helpers import HTTP, RawConn, error_json, wait_for
 
 
 def peer(**over: Any) -> dict[str, Any]:
@@ -40,23 +40,14 @@ def peer(**over: Any) -> dict[str, Any]:
             "version": "1.2.1", "hostname": "box", **over}
 
 
-class LConn:
+class LConn(RawConn):
     """One raw V1 TCP connection to nsqlookupd."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.parser = V1ClientParser()
-        self.eof = False
-        self.info: dict[str, Any] | None = None
+    MAGIC = MAGIC_V1
 
-    @classmethod
-    async def open(cls, port: int, magic: bytes | None = MAGIC_V1) -> LConn:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        conn = cls(reader, writer)
-        if magic is not None:
-            writer.write(magic)
-        return conn
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        super().__init__(reader, writer, V1ClientParser())
+        self.info: dict[str, Any] | None = None
 
     @property
     def local(self) -> str:
@@ -64,54 +55,12 @@ class LConn:
         host, port = self.writer.get_extra_info("sockname")[:2]
         return f"{host}:{port}"
 
-    async def send(self, *data: bytes) -> None:
-        self.writer.write(b"".join(data))
-        await self.writer.drain()
-
-    async def _fill(self, timeout: float) -> None:
-        if self.eof:
-            raise Closed()
-        try:
-            data = await asyncio.wait_for(self.reader.read(65536), timeout)
-        except (ConnectionResetError, BrokenPipeError):
-            data = b""
-        if not data:
-            self.eof = True
-            raise Closed()
-        self.parser.feed(data)
+    def _take(self) -> bytes | None:
+        return self.parser.next_response()
 
     async def read(self, timeout: float = 1.0) -> bytes:
         """The next ``[size][data]`` answer; raises TimeoutError or Closed."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            resp = self.parser.next_response()
-            if resp is not None:
-                return resp
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise asyncio.TimeoutError()
-            await self._fill(remaining)
-
-    async def expect_closed(self, timeout: float = 1.0) -> list[bytes]:
-        """Wait for EOF; returns the answers received before it."""
-        got = []
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            resp = self.parser.next_response()
-            if resp is not None:
-                got.append(resp)
-                continue
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise AssertionError(f"connection not closed within {timeout}s (answers {got!r})")
-            try:
-                await self._fill(remaining)
-            except Closed:
-                return got
-            except asyncio.TimeoutError:
-                raise AssertionError(f"connection not closed within {timeout}s (answers {got!r})") from None
+        return await self._next(timeout)
 
     async def command(self, data: bytes) -> bytes:
         await self.send(data)
