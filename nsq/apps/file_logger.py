@@ -73,6 +73,7 @@ class FileLoggerOptions:
 
     @property
     def work(self) -> str:
+        """The directory files are written in (``work_dir`` or ``output_dir``)."""
         return self.work_dir or self.output_dir
 
 
@@ -138,6 +139,7 @@ class FileLogger:
 
     @property
     def is_open(self) -> bool:
+        """True while an output file is open."""
         return self._out is not None
 
     def current_filename(self) -> str:

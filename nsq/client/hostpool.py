@@ -72,9 +72,11 @@ class _Host:
         self.totals: list[float] = []
 
     def can_try(self, now: float) -> bool:
+        """True if the host is alive or its retry time (s, clock) has come."""
         return not self.dead or self.next_retry < now
 
     def will_retry(self, now: float, max_interval: float) -> None:
+        """Schedule the next try of a dead host: the delay (s) doubles, at most ``max_interval``."""
         self.retry_count += 1
         self.retry_delay = min(self.retry_delay * 2, max_interval)
         self.next_retry = now + self.retry_delay
@@ -109,6 +111,7 @@ class HostPool:
 
     @property
     def hosts(self) -> list[str]:
+        """The host names, in the order given."""
         return [h.name for h in self._list]
 
     def is_dead(self, host: str) -> bool:
@@ -218,6 +221,8 @@ class EpsilonGreedy(HostPool):
         return total
 
     def get(self) -> str:
+        """The host for the next request: explore (round robin) with
+        probability epsilon, else the best by recent response time."""
         now = self.clock()
         if self.rng.random() < self.epsilon:  # explore
             self.epsilon = max(self.epsilon * self.EPSILON_DECAY, self.MIN_EPSILON)

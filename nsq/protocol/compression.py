@@ -28,9 +28,15 @@ class Codec:
     name = ""
 
     def encode(self, data: bytes) -> bytes:  # pragma: no cover - interface
+        """Bytes written by this side -> wire bytes (decodable at once)."""
         raise NotImplementedError
 
     def decode(self, data: bytes) -> bytes:  # pragma: no cover - interface
+        """Wire bytes, in any split -> the stream bytes they complete.
+
+        Raises:
+            CompressionError: corrupt input.
+        """
         raise NotImplementedError
 
 

@@ -72,9 +72,11 @@ class AuthState:
     authorizations: list[Authorization] = field(default_factory=list)
 
     def is_expired(self, now: float | None = None) -> bool:
+        """True once ``now`` (``time.time()`` s) reaches :attr:`expires`."""
         return (time.time() if now is None else now) >= self.expires
 
     def is_allowed(self, topic: str, channel: str) -> bool:
+        """True if some authorization allows it (``channel`` "" for publishes)."""
         return any(a.is_allowed(topic, channel) for a in self.authorizations)
 
 
