@@ -376,19 +376,23 @@ class V2ServerParser:
         unpack = _LEN.unpack_from
         bodies = []
         append = bodies.append
-        for i in range(count):
-            if end - pos < 4:
-                raise ClientError(E_BAD_MESSAGE, f"MPUB failed to read message({i}) body size")
-            msize = unpack(buf, pos)[0]
-            if msize <= 0:
-                raise ClientError(E_BAD_MESSAGE, f"MPUB invalid message({i}) body size {msize}")
-            if msize > max_msg:
-                raise ClientError(E_BAD_MESSAGE, f"MPUB message too big {msize} > {max_msg}")
-            pos += 4
-            if end - pos < msize:
-                raise ClientError(E_BAD_MESSAGE, "MPUB failed to read message body")
-            append(bytes(buf[pos:pos + msize]))
-            pos += msize
+        # slicing a memoryview copies each body once (a bytearray slice
+        # would copy it twice); the view is released before the buffer can
+        # be resized
+        with memoryview(buf) as view:
+            for i in range(count):
+                if end - pos < 4:
+                    raise ClientError(E_BAD_MESSAGE, f"MPUB failed to read message({i}) body size")
+                msize = unpack(buf, pos)[0]
+                if msize <= 0:
+                    raise ClientError(E_BAD_MESSAGE, f"MPUB invalid message({i}) body size {msize}")
+                if msize > max_msg:
+                    raise ClientError(E_BAD_MESSAGE, f"MPUB message too big {msize} > {max_msg}")
+                pos += 4
+                if end - pos < msize:
+                    raise ClientError(E_BAD_MESSAGE, "MPUB failed to read message body")
+                append(view[pos:pos + msize].tobytes())
+                pos += msize
         return (CMD_MPUB, topic, bodies), 4 + size
 
     def _rdy(self, params: list[bytes], start: int):

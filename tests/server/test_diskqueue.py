@@ -467,3 +467,64 @@ def test_meta_read_beyond_write_is_reset(tmp_path):
     dq.put(msg(0))
     assert dq.read() == msg(0)
     dq.close()
+
+
+# -- put_many: the batched write path (one pwrite per data file) ---------------
+
+@pytest.mark.parametrize("max_bytes", [68, 100, 50, 1000])
+def test_put_many_writes_the_same_bytes_as_put(tmp_path, max_bytes):
+    """Same files, roll points and positions as one put per record."""
+    payloads = [msg(i, 4 + (i * 13) % 80) for i in range(40)] + [msg(99, 200)]
+    (tmp_path / "one").mkdir()
+    (tmp_path / "many").mkdir()
+    one = new(tmp_path / "one", max_bytes=max_bytes)
+    for p in payloads:
+        one.put(p)
+    many = new(tmp_path / "many", max_bytes=max_bytes)
+    many.put_many(payloads[:7])
+    many.put_many(payloads[7:])
+    assert (many.write_file_num, many.write_pos, many.depth) == (one.write_file_num, one.write_pos, one.depth)
+    for num in range(one.write_file_num + 1):
+        with open(data_file(tmp_path / "one", num), "rb") as a, open(data_file(tmp_path / "many", num), "rb") as b:
+            assert a.read() == b.read()
+    assert many.read_many(100) == payloads
+    one.close()
+    many.close()
+
+
+def test_put_many_size_check_writes_nothing(tmp_path):
+    dq = new(tmp_path)
+    with pytest.raises(ValueError):
+        dq.put_many([msg(0), b"x" * (MAX + 1)])
+    assert dq.depth == 0 and dq.write_pos == 0
+
+
+def test_put_many_counts_records_for_sync_every(tmp_path):
+    dq = new(tmp_path, sync_every=3)
+    dq.put_many([msg(0), msg(1)])
+    assert not os.path.exists(meta_file(tmp_path)) and dq.needs_sync
+    dq.put_many([msg(2)])
+    assert read_meta(tmp_path) == "3\n0,0\n0,102\n"
+    dq.close()
+
+
+def test_put_many_failure_reports_how_many_were_stored(tmp_path):
+    """A write that fails after a roll keeps the records of the earlier file."""
+    dq = new(tmp_path, max_bytes=68)
+    real_open = dq._open_write_file
+    calls = []
+
+    def failing_second_file():
+        calls.append(dq.write_file_num)
+        if dq.write_file_num == 1:
+            raise OSError(28, "No space left on device")
+        return real_open()
+
+    dq._open_write_file = failing_second_file
+    with pytest.raises(BackendFull) as info:
+        dq.put_many([msg(i) for i in range(5)])
+    assert info.value.stored == 2
+    assert dq.depth == 2
+    dq._open_write_file = real_open
+    assert dq.read_many(10) == [msg(0), msg(1)]
+    dq.close()

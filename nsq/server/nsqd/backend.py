@@ -13,11 +13,20 @@ module defines the interface and the two backends that need no disk:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 __all__ = ["BackendQueue", "BackendFull", "DiscardBackend", "NoDiskBackend"]
 
 
 class BackendFull(Exception):
-    """The backend cannot take the message (the publish must be refused)."""
+    """The backend cannot take the message (the publish must be refused).
+
+    Attributes:
+        stored: from :meth:`BackendQueue.put_many`, how many records were
+            stored before the failure.
+    """
+
+    stored = 0
 
 
 class BackendQueue:
@@ -33,6 +42,21 @@ class BackendQueue:
     def put(self, record: bytes) -> None:
         """Store one encoded message. Raises :class:`BackendFull` if it cannot."""
         raise NotImplementedError
+
+    def put_many(self, records: list[bytes]) -> None:
+        """Store records in order (a disk queue writes them with one syscall).
+
+        Raises:
+            BackendFull: with ``stored`` set to how many of ``records`` were
+                stored before the failure.
+            ValueError: a record of invalid size (``stored`` set likewise).
+        """
+        for i, record in enumerate(records):
+            try:
+                self.put(record)
+            except (BackendFull, ValueError) as exc:
+                exc.stored = i  # type: ignore[union-attr]
+                raise
 
     def read(self) -> bytes | None:
         """Pop the oldest record, or None when empty."""
@@ -72,6 +96,9 @@ class DiscardBackend(BackendQueue):
     def put(self, record: bytes) -> None:
         return None
 
+    def put_many(self, records: list[bytes]) -> None:
+        return None
+
     def read(self) -> bytes | None:
         return None
 
@@ -100,3 +127,19 @@ class NoDiskBackend(BackendQueue):
 
     def empty(self) -> None:
         return None
+
+
+def put_overflow(backend: BackendQueue, records: list[bytes], report: Callable[[str], None]) -> int:
+    """Write ``records`` to ``backend``; how many were stored.
+
+    A failure (disk full, I/O error) is passed to ``report`` (the daemon's
+    health) when the backend takes overflow at all; the caller keeps the
+    records not stored in memory, so nothing acknowledged is lost.
+    """
+    try:
+        backend.put_many(records)
+    except (BackendFull, ValueError) as exc:
+        if backend.accepts_overflow:
+            report(f"failed to write message to backend - {exc}")
+        return getattr(exc, "stored", 0)
+    return len(records)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import operator
 import random
 import time
 from collections import deque
@@ -19,8 +20,8 @@ from typing import TYPE_CHECKING
 from nsq.protocol.errors import ProtocolError
 from nsq.protocol.message import decode_message, encode_message
 from nsq.protocol.names import is_ephemeral
-from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend
-from nsq.server.nsqd.message import Message
+from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
+from nsq.server.nsqd.message import Entry, Message, encode_entries, entry
 from nsq.server.nsqd.quantile import WindowedQuantile
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ __all__ = ["Channel", "ChannelError"]
 
 log = logging.getLogger("nsq.nsqd")
 _seq = itertools.count()
+_DEFER_MS = operator.itemgetter(4)
 
 
 class ChannelError(Exception):
@@ -47,8 +49,8 @@ class Channel:
         name: channel name.
         topic: the owning :class:`~nsq.server.nsqd.topic.Topic`.
         ephemeral: name ends in ``#ephemeral``; deleted with its last client.
-        queue: memory queue (deque of :class:`Message`), at most
-            ``mem_queue_size`` long.
+        queue: memory queue (deque of :data:`~nsq.server.nsqd.message.Entry`
+            tuples), at most ``mem_queue_size`` long.
         backend: overflow backend (disk queue, discard or refuse).
         clients: subscribed clients by client id.
         in_flight: messages sent and not yet finished, by id.
@@ -65,7 +67,7 @@ class Channel:
         self.name = name
         self.ephemeral = is_ephemeral(name)
         self.mem_queue_size = topic.nsqd.options.mem_queue_size
-        self.queue: deque[Message] = deque()
+        self.queue: deque[Entry] = deque()
         if backend is None:
             backend = DiscardBackend() if self.ephemeral else NoDiskBackend()
         self.backend = backend
@@ -104,8 +106,8 @@ class Channel:
 
     # -- putting -------------------------------------------------------------
 
-    def put_messages(self, msgs: list[Message]) -> None:
-        """Queue new messages from the topic (each a copy for this channel).
+    def put_messages(self, msgs: list[Entry]) -> None:
+        """Queue new messages from the topic (entries shared by every channel).
 
         Deferred ones (``defer_ms > 0``) go to the deferred heap; the rest are
         delivered to ready clients at once where possible, and whatever is
@@ -113,22 +115,25 @@ class Channel:
         """
         self.message_count += len(msgs)
         q = self.queue
-        now = None
-        for msg in msgs:
-            if msg.defer_ms:
-                if now is None:
-                    now = time.monotonic()
-                self._defer(msg, now + msg.defer_ms / 1000.0)
-            else:
-                q.append(msg)
+        if any(map(_DEFER_MS, msgs)):
+            now = time.monotonic()
+            for e in msgs:
+                if e[4]:
+                    self._defer(Message.of(e), now + e[4] / 1000.0)
+                else:
+                    q.append(e)
+        else:
+            q.extend(msgs)
         if q:
             if self._ready and not self.paused:
                 self.pump()
             excess = len(q) - self.mem_queue_size
             if excess > 0 and self.backend.accepts_overflow:
                 overflow = [q.pop() for _ in range(excess)]
-                for msg in reversed(overflow):
-                    self._to_backend(msg)
+                overflow.reverse()
+                stored = put_overflow(self.backend, encode_entries(overflow), self.nsqd.set_health)
+                if stored < excess:
+                    q.extend(overflow[stored:])  # a failing disk must not lose them
 
     def capacity(self) -> int:
         """Messages this channel can take now without a backend.
@@ -143,6 +148,7 @@ class Channel:
 
     def _requeue(self, msg: Message) -> None:
         """Put a timed-out / requeued / due message back at the tail."""
+        msg = entry(msg)
         q = self.queue
         if len(q) < self.mem_queue_size or not self.backend.accepts_overflow:
             # never lose an acknowledged message: without a backend that can
@@ -151,9 +157,9 @@ class Channel:
         else:
             self._to_backend(msg)
 
-    def _to_backend(self, msg: Message) -> None:
+    def _to_backend(self, msg: Entry) -> None:
         try:
-            self.backend.put(encode_message(msg.timestamp, msg.attempts, msg.id, msg.body))
+            self.backend.put(encode_message(msg[2], msg[3], msg[0], msg[1]))
         except BackendFull as exc:
             # callers check room before accepting a publish; reaching here
             # means a race with requeues or a failing disk: keep the message
@@ -235,7 +241,7 @@ class Channel:
                 if not q:
                     break
 
-    def _read_backend(self, n: int) -> list[Message]:
+    def _read_backend(self, n: int) -> list[Entry]:
         """Up to ``n`` messages read (and removed) from the backend."""
         out = []
         for record in self.backend.read_many(n):
@@ -244,23 +250,26 @@ class Channel:
             except ProtocolError as exc:
                 log.error("CHANNEL(%s:%s): failed to decode message - %s", self.topic.name, self.name, exc)
                 continue
-            out.append(Message(m.id, m.body, m.timestamp, m.attempts))
+            out.append((m.id, m.body, m.timestamp, m.attempts, 0))
         return out
 
-    def _send(self, client: ClientV2, batch: list[Message], now: float) -> None:
+    def _send(self, client: ClientV2, entries: list[Entry], now: float) -> None:
         deadline = now + client.msg_timeout
         in_flight = self.in_flight
         if client.sample_rate:
             rate = client.sample_rate
-            batch = [m for m in batch if random.randrange(100) <= rate]
-            if not batch:
+            entries = [m for m in entries if random.randrange(100) <= rate]
+            if not entries:
                 return
-        for msg in batch:
-            msg.attempts += 1
+        batch = []
+        append = batch.append
+        for e in entries:
+            msg = Message(e[0], e[1], e[2], e[3] + 1)
             msg.client = client
             msg.deadline = deadline
             msg.delivered = now
             in_flight[msg.id] = msg
+            append(msg)
         heapq.heappush(self._in_flight_pq, (deadline, next(_seq), batch))
         client.send_messages(batch)
 
@@ -405,16 +414,15 @@ class Channel:
         In-flight messages keep their attempts. Returns how many were written.
         """
         msgs = list(self.queue)
-        msgs += sorted(self.in_flight.values(), key=lambda m: m.deadline)
+        msgs += map(entry, sorted(self.in_flight.values(), key=lambda m: m.deadline))
         if self.deferred_log is None:
             # as Go: deferred messages go to the disk queue (losing their delay)
-            msgs += sorted(self.deferred.values(), key=lambda m: m.deadline)
+            msgs += map(entry, sorted(self.deferred.values(), key=lambda m: m.deadline))
         # else they are already in the deferred log, with their due times
         if msgs and self.backend.accepts_overflow and not self.ephemeral:
             log.info("CHANNEL(%s): flushing %d memory %d in-flight %d deferred messages to backend",
                      self.name, len(self.queue), len(self.in_flight), len(self.deferred))
-            for msg in msgs:
-                self.backend.put(encode_message(msg.timestamp, msg.attempts, msg.id, msg.body))
+            self.backend.put_many(encode_entries(msgs))
         self.queue.clear()
         self.in_flight.clear()
         self.deferred.clear()

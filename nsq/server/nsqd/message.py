@@ -1,8 +1,24 @@
-"""The server's in-memory message (one object per channel copy)."""
+"""The server's in-memory messages: queue entries and in-flight messages.
+
+A message waiting in a topic or channel memory queue is a plain tuple, an
+:data:`Entry` ``(id, body, timestamp, attempts, defer_ms)``: immutable, so
+every channel shares the same entries, and untracked by CPython's cycle
+collector once it has seen them (a queue of a million entries costs the
+collector nothing). A :class:`Message` object is made only when a message
+is delivered (in flight) or deferred, where it carries mutable state.
+"""
 
 from __future__ import annotations
 
-__all__ = ["Message"]
+import struct
+
+__all__ = ["Entry", "Message", "entry", "encode_entries"]
+
+_MSG_HDR = struct.Struct(">qH")
+
+#: ``(id, body, timestamp, attempts, defer_ms)``: 16 hex bytes, payload
+#: bytes, ns since the epoch, deliveries so far, ms to hold back (DPUB)
+Entry = tuple[bytes, bytes, int, int, int]
 
 
 class Message:
@@ -32,6 +48,19 @@ class Message:
         self.deadline = 0.0
         self.delivered = 0.0
 
-    def copy(self) -> Message:
-        """A fresh copy for another channel (same id, body, timestamp)."""
-        return Message(self.id, self.body, self.timestamp, self.attempts, self.defer_ms)
+    @classmethod
+    def of(cls, e: Entry) -> Message:
+        """The message for a queue entry."""
+        return cls(e[0], e[1], e[2], e[3], e[4])
+
+
+def entry(msg: Message) -> Entry:
+    """The queue entry for ``msg`` (its delay dropped: it has been applied)."""
+    return (msg.id, msg.body, msg.timestamp, msg.attempts, 0)
+
+
+def encode_entries(entries: list[Entry]) -> list[bytes]:
+    """Disk records (message frame data: timestamp, attempts, id, body) for
+    ``entries`` (seed 000 "数据格式")."""
+    pack = _MSG_HDR.pack
+    return [pack(e[2], e[3]) + e[0] + e[1] for e in entries]
