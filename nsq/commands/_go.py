@@ -166,8 +166,9 @@ def flag_values(specs, flags: dict[str, Any]) -> dict[str, Any]:
 
 
 async def serve_daemon(daemon: Any, log: Any) -> int:
-    """Start ``daemon`` (``await start()``), run until SIGINT/SIGTERM, then
-    ``await stop()``. Returns the exit code: 1 if it could not start."""
+    """Start ``daemon`` (``await start()``), tune the cycle collector
+    (:mod:`nsq.server.gctune`), run until SIGINT/SIGTERM, then ``await
+    stop()``. Returns the exit code: 1 if it could not start."""
 
     try:
         await daemon.start()
@@ -175,6 +176,9 @@ async def serve_daemon(daemon: Any, log: Any) -> int:
         log.critical("failed to start: %s", exc)
         await daemon.stop()
         return 1
+    from nsq.server.gctune import tune_for_daemon
+
+    tune_for_daemon()
     await stop_event().wait()
     await daemon.stop()
     return 0
