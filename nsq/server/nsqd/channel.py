@@ -79,6 +79,8 @@ class Channel:
         self._deferred_pq: list[tuple[float, int, Message]] = []
         self.paused = False
         self.deleted = False
+        #: True while the daemon's timeout scan watches this channel
+        self.armed = False
         self._disk_turn = False
         #: durable deferred messages (None: ephemeral or memory-only nsqd)
         self.deferred_log = topic.nsqd.make_deferred_log(f"{topic.name}:{name}", self.ephemeral)
@@ -178,6 +180,8 @@ class Channel:
         msg.client = None
         self.deferred[msg.id] = msg
         heapq.heappush(self._deferred_pq, (due, next(_seq), msg))
+        if not self.armed:
+            self.nsqd.arm_timers(self)
         if persist and self.deferred_log is not None:
             due_unix = time.time_ns() + int((due - time.monotonic()) * 1e9)
             self.deferred_log.add(due_unix, msg.timestamp, msg.attempts, msg.id, msg.body)
@@ -271,6 +275,8 @@ class Channel:
             in_flight[msg.id] = msg
             append(msg)
         heapq.heappush(self._in_flight_pq, (deadline, next(_seq), batch))
+        if not self.armed:
+            self.nsqd.arm_timers(self)
         client.send_messages(batch)
 
     def client_ready(self, client: ClientV2) -> None:
@@ -324,6 +330,8 @@ class Channel:
             deadline = cap  # as Go: never past delivery + --max-msg-timeout
         msg.deadline = deadline
         heapq.heappush(self._in_flight_pq, (deadline, next(_seq), [msg]))
+        if not self.armed:
+            self.nsqd.arm_timers(self)
 
     # -- timers --------------------------------------------------------------
 

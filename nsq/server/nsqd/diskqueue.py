@@ -403,11 +403,17 @@ class DiskQueue(BackendQueue):
         self.sync()
 
     def close(self) -> None:
-        """Sync and release the files. Idempotent."""
+        """Sync and release the files. Idempotent.
+
+        A queue unchanged since its last meta write (or since it was opened)
+        is not synced again: an nsqd with 10,000 idle topics would otherwise
+        spend its shutdown in fsync.
+        """
         if self._closed:
             return
         try:
-            self.sync()
+            if self.needs_sync or self._meta_written_gen != self._meta_gen:
+                self.sync()
         finally:
             self._close_read_file()
             self._close_write_file()

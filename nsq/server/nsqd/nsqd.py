@@ -66,6 +66,9 @@ class NSQD:
         self._next_client_id = 0
         self._dirty: list[ClientV2] = []
         self._flush_scheduled = False
+        self._metadata_timer: asyncio.TimerHandle | None = None
+        #: channels with in-flight or deferred deadlines (the scan visits only these)
+        self._armed: set[Channel] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tcp_server: asyncio.base_events.Server | None = None
         self._http = None
@@ -293,7 +296,7 @@ class NSQD:
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
             if not topic.ephemeral:
-                self.persist_metadata()
+                self.persist_metadata_soon()
             if not self._loading:
                 self._precreate_channels(topic)
             self.lookupds.register(name)
@@ -312,7 +315,7 @@ class NSQD:
         topic.close(delete=True)
         self.lookupds.unregister(name)
         if not topic.ephemeral:
-            self.persist_metadata()
+            self.persist_metadata_soon()
         return True
 
     def make_backend(self, name: str, ephemeral: bool) -> BackendQueue:
@@ -404,13 +407,13 @@ class NSQD:
     def notify_channel_created(self, topic: Topic, channel: Channel) -> None:
         """A channel appeared: persist metadata, REGISTER it with the lookupds."""
         if not channel.ephemeral:
-            self.persist_metadata()
+            self.persist_metadata_soon()
         self.lookupds.register(topic.name, channel.name)
 
     def notify_channel_deleted(self, topic: Topic, channel: Channel) -> None:
         """A channel went away: persist metadata, UNREGISTER it."""
         if not channel.ephemeral:
-            self.persist_metadata()
+            self.persist_metadata_soon()
         self.lookupds.unregister(topic.name, channel.name)
 
     # -- lookupd -----------------------------------------------------------------
@@ -471,8 +474,28 @@ class NSQD:
 
     # -- metadata and health -----------------------------------------------------
 
+    #: s: topic/channel creates and deletes within this window share one
+    #: nsqd.dat write (Go persists them asynchronously too, from Notify)
+    METADATA_DELAY = 0.05
+
+    def persist_metadata_soon(self) -> None:
+        """Write ``nsqd.dat`` within :attr:`METADATA_DELAY` s, once for every
+        change made meanwhile (creating 10,000 topics must not rewrite a
+        growing file 10,000 times); at once when no loop runs."""
+        if self._metadata_timer is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.persist_metadata()
+            return
+        self._metadata_timer = loop.call_later(self.METADATA_DELAY, self.persist_metadata)
+
     def persist_metadata(self) -> None:
-        """Write ``nsqd.dat`` (no-op without a data path or while loading)."""
+        """Write ``nsqd.dat`` now (no-op without a data path or while loading)."""
+        if self._metadata_timer is not None:
+            self._metadata_timer.cancel()
+            self._metadata_timer = None
         if not self.data_path or self._loading or not self._metadata_loaded:
             # never overwrite nsqd.dat before it was read (a failed start, or
             # a data path another nsqd holds)
@@ -524,6 +547,12 @@ class NSQD:
         """Forget a disconnected client."""
         self.clients.pop(client.id, None)
 
+    def arm_timers(self, channel: Channel) -> None:
+        """Have the timeout scan (every 100 ms) visit ``channel`` until it has
+        no in-flight or deferred deadline left; idle channels cost nothing."""
+        channel.armed = True
+        self._armed.add(channel)
+
     def schedule_flush(self, client: ClientV2) -> None:
         """Flush ``client``'s output buffer at the end of this loop turn."""
         self._dirty.append(client)
@@ -546,13 +575,15 @@ class NSQD:
         while True:
             await asyncio.sleep(SCAN_INTERVAL)
             now = time.monotonic()
-            try:
-                for topic in list(self.topics.values()):
-                    for channel in list(topic.channels.values()):
-                        if channel.has_timers:
-                            channel.process_timeouts(now)
-            except Exception:  # never let one bad channel stop the scanner
-                log.exception("queue scan failed")
+            for channel in list(self._armed):
+                try:
+                    if channel.has_timers and not channel.deleted:
+                        channel.process_timeouts(now)
+                except Exception:  # never let one bad channel stop the scanner
+                    log.exception("queue scan failed")
+                if not channel.has_timers or channel.deleted:
+                    channel.armed = False
+                    self._armed.discard(channel)
             if now >= next_sync:
                 next_sync = now + self.options.sync_timeout
                 self._sync_disk_queues()
