@@ -15,6 +15,7 @@ from nsq import NSQ_VERSION, __version__
 
 #: subcommand name -> (module, attribute, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "admin": ("nsq.commands.admin", "admin", "Browse and administer the cluster in a terminal UI (nsqadmin)."),
     "bench": ("nsq.commands.bench", "bench", "Load nsqd and print its throughput or latency (bench_writer, bench_reader)."),
     "lookupd": ("nsq.commands.lookupd", "lookupd", "Run nsqlookupd, the directory nsqds register with and consumers query."),
     "nsqd": ("nsq.commands.nsqd", "nsqd", "Run nsqd, the daemon that receives, queues and delivers messages."),

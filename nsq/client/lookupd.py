@@ -1,7 +1,8 @@
 """HTTP client for nsqlookupd's API (seed 000 "nsqlookupd / HTTP 接口").
 
 Used by the Consumer's discovery, by nsqd (channels to pre-create for a
-new topic), and by the utilities. Built on aiohttp.
+new topic), by the utilities and by ``nsq admin`` (which also reads nsqd's
+``/stats`` and ``/info`` through :class:`NSQDHTTPClient`). Built on aiohttp.
 
 Addresses are ``host:port`` or a URL (``http://host:port``, as go-nsq
 accepts); requests carry ``Accept: application/vnd.nsq; version=1.0`` and
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from typing import Any
 from urllib.parse import urlencode
 
@@ -20,7 +22,7 @@ import aiohttp
 from nsq import NSQ_VERSION
 from nsq.protocol.errors import NSQError
 
-__all__ = ["LookupdError", "LookupdHTTPClient", "producer_address"]
+__all__ = ["LookupdError", "LookupdHTTPClient", "NSQDHTTPClient", "NSQDHTTPError", "producer_address"]
 
 
 class LookupdError(NSQError):
@@ -33,6 +35,16 @@ class LookupdError(NSQError):
 
     def __init__(self, address: str, message: str, status: int | None = None) -> None:
         super().__init__(f"lookupd {address}: {message}")
+        self.address = address
+        self.status = status
+
+
+class NSQDHTTPError(LookupdError):
+    """An nsqd could not be reached or gave an unusable answer (same
+    attributes as :class:`LookupdError`, which it subclasses)."""
+
+    def __init__(self, address: str, message: str, status: int | None = None) -> None:
+        NSQError.__init__(self, f"nsqd {address}: {message}")
         self.address = address
         self.status = status
 
@@ -60,18 +72,24 @@ class LookupdHTTPClient:
     Args:
         connect_timeout, request_timeout: seconds (Go tools' defaults, 2 s / 5 s).
         user_agent: sent as ``User-Agent``.
+        ssl_context: used for ``https://`` addresses (Go's
+            ``--http-client-tls-*`` flags); None: the default context.
 
     Use as ``async with LookupdHTTPClient() as c`` or call :meth:`close`.
     """
 
+    #: the error raised for this kind of daemon
+    error_class: type[LookupdError] = LookupdError
+
     def __init__(self, connect_timeout: float = 2.0, request_timeout: float = 5.0,
-                 user_agent: str | None = None) -> None:
+                 user_agent: str | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, connect=connect_timeout)
         self._headers = {
             "Accept": "application/vnd.nsq; version=1.0",
             "User-Agent": user_agent or f"nsq-python/{NSQ_VERSION}",
         }
         self._session: aiohttp.ClientSession | None = None
+        self._ssl_context = ssl_context
 
     async def __aenter__(self) -> LookupdHTTPClient:
         return self
@@ -88,7 +106,9 @@ class LookupdHTTPClient:
     async def _request(self, method: str, address: str, path: str, params: dict[str, str] | None = None,
                        ok_404: bool = False) -> Any:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+            connector = aiohttp.TCPConnector(ssl=self._ssl_context) if self._ssl_context is not None else None
+            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers, connector=connector)
+        error = self.error_class
         url = _base_url(address) + path
         if params:
             url += "?" + urlencode(params)
@@ -98,22 +118,22 @@ class LookupdHTTPClient:
                 status = resp.status
                 versioned = resp.headers.get("X-NSQ-Content-Type") == "nsq; version=1.0"
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
-            raise LookupdError(address, str(exc) or type(exc).__name__) from None
+            raise error(address, str(exc) or type(exc).__name__) from None
         if status == 404 and ok_404:
             return None
         if status != 200:
-            raise LookupdError(address, f"{method} {path} answered {status} {body[:200].decode(errors='replace')}",
-                               status)
+            raise error(address, f"{method} {path} answered {status} {body[:200].decode(errors='replace')}",
+                        status)
         if method == "POST" or not body:
             return {}
         try:
             data = json.loads(body)
         except ValueError:
-            raise LookupdError(address, f"{path}: invalid JSON", status) from None
+            raise error(address, f"{path}: invalid JSON", status) from None
         if not versioned and isinstance(data, dict) and "status_code" in data and "data" in data:
             data = data["data"]  # a pre-1.0 lookupd
         if not isinstance(data, dict):
-            raise LookupdError(address, f"{path}: unexpected answer", status)
+            raise error(address, f"{path}: unexpected answer", status)
         return data
 
     async def lookup(self, address: str, topic: str) -> dict:
@@ -140,9 +160,25 @@ class LookupdHTTPClient:
         """GET /nodes: nsqd producers with ``topics`` and ``tombstones``. Raises LookupdError."""
         return list((await self._request("GET", address, "/nodes")).get("producers") or [])
 
-    async def post(self, address: str, path: str, **params: str) -> None:
-        """POST an admin endpoint (``/topic/delete``, ``/topic/tombstone`` ...). Raises LookupdError."""
-        await self._request("POST", address, path, params)
+    async def post(self, address: str, path: str, *, ok_404: bool = False, **params: str) -> bool:
+        """POST an admin endpoint (``/topic/delete``, ``/topic/tombstone`` ...).
+
+        Args:
+            ok_404: a 404 answer (``TOPIC_NOT_FOUND``, ``CHANNEL_NOT_FOUND``:
+                already gone) is not an error.
+
+        Returns:
+            True when done, False on a 404 accepted by ``ok_404``.
+
+        Raises:
+            LookupdError: unreachable or an error answer.
+        """
+        return await self._request("POST", address, path, params, ok_404=ok_404) is not None
+
+    async def info(self, address: str) -> dict:
+        """GET /info: ``{"version", ...}`` (nsqd adds broadcast_address,
+        hostname, http_port, tcp_port, start_time). Raises LookupdError."""
+        return await self._request("GET", address, "/info")
 
     async def lookup_all(self, addresses: list[str], topic: str) -> tuple[list[dict], list[LookupdError]]:
         """``/lookup`` on every lookupd concurrently.
@@ -178,3 +214,24 @@ class LookupdHTTPClient:
             else:
                 names.update(dict.fromkeys(result))
         return list(names), errors
+
+
+class NSQDHTTPClient(LookupdHTTPClient):
+    """Asks nsqds over HTTP (``/stats``, ``/info``, admin POSTs): the same
+    session, headers and timeouts as :class:`LookupdHTTPClient`, errors
+    raised as :class:`NSQDHTTPError`."""
+
+    error_class = NSQDHTTPError
+
+    async def stats(self, address: str, topic: str = "", channel: str = "", include_clients: bool = True) -> dict:
+        """GET /stats?format=json: ``{"version", "health", "start_time",
+        "topics": [...] | None, "producers": ...}`` (topic and channel
+        filters as nsqd's). Raises NSQDHTTPError."""
+        params = {"format": "json"}
+        if topic:
+            params["topic"] = topic
+        if channel:
+            params["channel"] = channel
+        if not include_clients:
+            params["include_clients"] = "false"
+        return await self._request("GET", address, "/stats", params)

@@ -1,0 +1,246 @@
+"""Polling a cluster for ``nsq admin``: lookupd ``/nodes``, ``/topics``,
+``/info`` and each nsqd's ``/stats`` and ``/info`` over HTTP, aggregated by
+:mod:`nsq.tui.model` (no Textual here).
+
+Like Go nsqadmin, the nsqds are those the lookupds list (``/nodes``) or,
+without lookupds, the ``--nsqd-http-address`` list (each asked ``/info``).
+A daemon that cannot be read becomes a :class:`~nsq.tui.model.NodeError`
+in the snapshot (and its node an ``error``); a poll never raises for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from typing import Any
+
+from nsq import NSQ_VERSION, __version__
+from nsq.client.lookupd import LookupdError, LookupdHTTPClient, NSQDHTTPClient
+from nsq.tui.model import (
+    ChannelStats,
+    ClusterSnapshot,
+    History,
+    LookupdInfo,
+    NodeError,
+    NodeInfo,
+    aggregate,
+    apply_rates,
+    host_port,
+    version_tuple,
+)
+
+__all__ = ["Cluster", "USER_AGENT"]
+
+#: sent as User-Agent to lookupds and nsqds
+USER_AGENT = f"nsq-admin/{__version__} (NSQ {NSQ_VERSION})"
+
+
+def _strip_scheme(address: str) -> str:
+    return address.split("://", 1)[-1].rstrip("/")
+
+
+class Cluster:
+    """Reads a cluster's state through lookupd and nsqd HTTP APIs.
+
+    Args:
+        lookupd_http_addresses: ``host:port`` (or ``http(s)://host:port``) of
+            the lookupds; the nsqds are the ones they list.
+        nsqd_http_addresses: used when no lookupd is given.
+        connect_timeout, request_timeout: seconds, per HTTP request.
+        ssl_context: for ``https://`` addresses (``--http-client-tls-*``).
+        history: how many polls the sparkline series keep.
+
+    Raises:
+        ValueError: neither or both address lists given (as nsqadmin).
+
+    Use ``async with Cluster(...)`` or call :meth:`close`.
+    """
+
+    def __init__(self, lookupd_http_addresses: list[str] = (), nsqd_http_addresses: list[str] = (), *,
+                 connect_timeout: float = 2.0, request_timeout: float = 5.0,
+                 ssl_context: ssl.SSLContext | None = None, history: int = 120) -> None:
+        self.lookupd_addresses = list(lookupd_http_addresses)
+        self.nsqd_addresses = list(nsqd_http_addresses)
+        if not self.lookupd_addresses and not self.nsqd_addresses:
+            raise ValueError("--lookupd-http-address or --nsqd-http-address required")
+        if self.lookupd_addresses and self.nsqd_addresses:
+            raise ValueError("use --lookupd-http-address or --nsqd-http-address, not both")
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.lookupd = LookupdHTTPClient(connect_timeout, request_timeout, USER_AGENT, ssl_context)
+        self.nsqd = NSQDHTTPClient(connect_timeout, request_timeout, USER_AGENT, ssl_context)
+        self.history = History(history)
+
+    async def __aenter__(self) -> Cluster:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the HTTP sessions."""
+        await self.lookupd.close()
+        await self.nsqd.close()
+
+    @property
+    def description(self) -> str:
+        """Where the data comes from, for a title line."""
+        if self.lookupd_addresses:
+            return "lookupd " + ", ".join(_strip_scheme(a) for a in self.lookupd_addresses)
+        return "nsqd " + ", ".join(_strip_scheme(a) for a in self.nsqd_addresses)
+
+    # -- nodes ---------------------------------------------------------------------
+
+    async def _lookupd_nodes(self, errors: list[NodeError]) -> tuple[list[LookupdInfo], list[NodeInfo], list[str]]:
+        async def ask(address: str) -> tuple[Any, Any, Any]:
+            return await asyncio.gather(self.lookupd.nodes(address), self.lookupd.topics(address),
+                                        self.lookupd.info(address), return_exceptions=True)
+
+        answers = await asyncio.gather(*(ask(a) for a in self.lookupd_addresses))
+        lookupds: list[LookupdInfo] = []
+        nodes: dict[str, NodeInfo] = {}
+        topics: set[str] = set()
+        for address, (producers, names, info) in zip(self.lookupd_addresses, answers):
+            failure = next((r for r in (producers, names, info) if isinstance(r, BaseException)), None)
+            if failure is not None and not isinstance(failure, LookupdError):
+                raise failure
+            lk = LookupdInfo(_strip_scheme(address))
+            lookupds.append(lk)
+            if failure is not None:
+                lk.error = str(failure)
+                errors.append(NodeError("lookupd", lk.address, str(failure)))
+            if isinstance(info, dict):
+                lk.version = str(info.get("version") or "")
+            if isinstance(names, list):
+                topics.update(str(n) for n in names)
+            if not isinstance(producers, list):
+                continue
+            for p in producers:
+                if not isinstance(p, dict):
+                    continue
+                node = NodeInfo(hostname=str(p.get("hostname") or ""),
+                                broadcast_address=str(p.get("broadcast_address") or ""),
+                                tcp_port=int(p.get("tcp_port") or 0), http_port=int(p.get("http_port") or 0),
+                                version=str(p.get("version") or ""))
+                tombstones = list(p.get("tombstones") or [])
+                node.topics = sorted((str(t), bool(tombstones[i]) if i < len(tombstones) else False)
+                                     for i, t in enumerate(p.get("topics") or []))
+                known = nodes.setdefault(node.tcp_address, node)
+                known.remote_addresses.append(f"{lk.address}/{p.get('remote_address') or 'N/A'}")
+        return lookupds, list(nodes.values()), sorted(topics)
+
+    async def _nsqd_nodes(self, errors: list[NodeError]) -> list[NodeInfo]:
+        answers = await asyncio.gather(*(self.nsqd.info(a) for a in self.nsqd_addresses), return_exceptions=True)
+        nodes = []
+        for address, info in zip(self.nsqd_addresses, answers):
+            plain = _strip_scheme(address)
+            host, _, port = plain.rpartition(":")
+            host = host.strip("[]")
+            if isinstance(info, LookupdError):
+                node = NodeInfo(hostname=host, broadcast_address=host, tcp_port=0,
+                                http_port=int(port) if port.isdigit() else 0, version="", error=str(info),
+                                address=address.rstrip("/"))
+                errors.append(NodeError("nsqd", plain, str(info)))
+            elif isinstance(info, BaseException):
+                raise info
+            else:
+                # as Go: the address given wins when /info lacks the broadcast address
+                node = NodeInfo(hostname=str(info.get("hostname") or host),
+                                broadcast_address=str(info.get("broadcast_address") or host),
+                                tcp_port=int(info.get("tcp_port") or 0),
+                                http_port=int(info.get("http_port") or (port if port.isdigit() else 0)),
+                                version=str(info.get("version") or ""), address=address.rstrip("/"))
+            nodes.append(node)
+        return nodes
+
+    # -- poll ----------------------------------------------------------------------
+
+    async def fetch(self) -> ClusterSnapshot:
+        """Read the whole cluster once (no rates).
+
+        Returns:
+            a :class:`~nsq.tui.model.ClusterSnapshot`; unreachable daemons
+            are in its ``errors``.
+        """
+        taken_at = time.time()
+        errors: list[NodeError] = []
+        lookupds: list[LookupdInfo] = []
+        known_topics: list[str] = []
+        if self.lookupd_addresses:
+            lookupds, nodes, known_topics = await self._lookupd_nodes(errors)
+        else:
+            nodes = await self._nsqd_nodes(errors)
+        readable = [n for n in nodes if not n.error]
+        answers = await asyncio.gather(
+            *(self.nsqd.stats(n.api_address) for n in readable), return_exceptions=True)
+        per_node: list[tuple[NodeInfo, dict]] = []
+        for node, stats in zip(readable, answers):
+            if isinstance(stats, LookupdError):
+                node.error = str(stats)
+                errors.append(NodeError("nsqd", node.api_address, str(stats)))
+                continue
+            if isinstance(stats, BaseException):
+                raise stats
+            if not self.lookupd_addresses:
+                node.topics = sorted((str(t.get("topic_name")), False) for t in stats.get("topics") or [])
+            per_node.append((node, stats))
+        newest = max((version_tuple(n.version) for n in nodes if n.version), default=(0,))
+        for n in nodes:
+            n.out_of_date = bool(n.version) and version_tuple(n.version) < newest
+        nodes.sort(key=lambda n: (n.hostname, n.http_address))
+        topics = aggregate(per_node, known_topics)
+        inactive = [t for t in topics if not t.nodes]
+        if inactive and self.lookupd_addresses:
+            # known to lookupd only (nsqadmin's "inactive" topics): their channels come from lookupd too
+            found = await asyncio.gather(*(self.lookupd.channels_all(self.lookupd_addresses, t.name)
+                                           for t in inactive))
+            for topic, (names, _) in zip(inactive, found):
+                topic.channels = [ChannelStats(topic=topic.name, name=n) for n in sorted(names)]
+        return ClusterSnapshot(taken_at=taken_at, lookupds=lookupds, nodes=nodes, topics=topics, errors=errors)
+
+    async def poll(self) -> ClusterSnapshot:
+        """:meth:`fetch`, then rates and histories from the previous polls."""
+        return apply_rates(await self.fetch(), self.history)
+
+    # -- used by the actions -----------------------------------------------------------
+
+    async def topic_producers(self, topic: str) -> tuple[list[str], list[str]]:
+        """HTTP addresses of the nsqds that have ``topic``, asked now.
+
+        With lookupds: ``/lookup`` producers plus the ``/nodes`` entries
+        listing the topic (tombstoned ones included); without: the
+        ``--nsqd-http-address`` nsqds whose ``/stats`` has it.
+
+        Returns:
+            (addresses, error texts of the daemons that failed).
+        """
+        errors: list[str] = []
+        found: dict[str, None] = {}
+        if self.lookupd_addresses:
+            lookups = await asyncio.gather(*(self.lookupd.lookup(a, topic) for a in self.lookupd_addresses),
+                                           *(self.lookupd.nodes(a) for a in self.lookupd_addresses),
+                                           return_exceptions=True)
+            n = len(self.lookupd_addresses)
+            for i, result in enumerate(lookups):
+                if isinstance(result, LookupdError):
+                    if i < n:  # one message per lookupd is enough
+                        errors.append(str(result))
+                    continue
+                if isinstance(result, BaseException):
+                    raise result
+                producers = result["producers"] if i < n else [p for p in result
+                                                               if topic in (p.get("topics") or [])]
+                for p in producers:
+                    found[host_port(str(p.get("broadcast_address") or ""), p.get("http_port"))] = None
+            return list(found), errors
+        answers = await asyncio.gather(*(self.nsqd.stats(a, topic=topic, include_clients=False)
+                                         for a in self.nsqd_addresses), return_exceptions=True)
+        for address, result in zip(self.nsqd_addresses, answers):
+            if isinstance(result, LookupdError):
+                errors.append(str(result))
+            elif isinstance(result, BaseException):
+                raise result
+            elif any(t.get("topic_name") == topic for t in result.get("topics") or []):
+                found[address.rstrip("/")] = None
+        return list(found), errors

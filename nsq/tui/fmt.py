@@ -1,0 +1,66 @@
+"""Text formats of the TUIs: counts, rates, durations, e2e latencies (pure)."""
+
+from __future__ import annotations
+
+__all__ = ["count", "duration", "interval", "latency", "mem_disk", "quantile_label", "rate"]
+
+
+def count(n: int) -> str:
+    """``5250`` -> ``"5,250"`` (nsqadmin's thousands separators)."""
+    return f"{n:,}"
+
+
+def mem_disk(memory: int, disk: int, compact: bool = False) -> str:
+    """nsqadmin's "Memory + Disk" cell: ``"4,097 + 1,098"`` (compact: ``"4,097+1,098"``)."""
+    return f"{memory:,}+{disk:,}" if compact else f"{memory:,} + {disk:,}"
+
+
+def rate(value: float | None) -> str:
+    """Messages/s: ``"-"`` before a second poll, ``"0"``, ``"12.5"``, ``"1,234"``."""
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    if value < 100:
+        return f"{value:.1f}"
+    return f"{value:,.0f}"
+
+
+def duration(seconds: float) -> str:
+    """A connection's age, as Go's truncated ``time.Duration``: ``"2m14s"``, ``"3h2m0s"``, ``"4d3h"``."""
+    s = max(0, int(seconds))
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}d{hours}h"
+    if hours:
+        return f"{hours}h{minutes}m{s}s"
+    if minutes:
+        return f"{minutes}m{s}s"
+    return f"{s}s"
+
+
+def interval(seconds: float) -> str:
+    """A refresh interval: ``"0.5s"``, ``"2s"``, ``"1m0s"``."""
+    return f"{seconds:g}s" if seconds < 1 else duration(seconds)
+
+
+def latency(ns: float) -> str:
+    """An e2e latency as nsqadmin shows it: ``"1m21.5s"``, ``"249.21ms"``, ``"12.0us"``."""
+    if ns >= 60e9:
+        minutes, rest = divmod(ns / 1e9, 60)
+        return f"{int(minutes)}m{rest:.1f}s"
+    if ns >= 1e9:
+        return f"{ns / 1e9:.2f}s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f}ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.2f}us"
+    return f"{ns:.0f}ns"
+
+
+def quantile_label(q: float) -> str:
+    """``0.99`` -> ``"p99"``, ``0.999`` -> ``"p99.9"``, ``1.0`` -> ``"p100"``."""
+    text = f"{q * 100:.3f}".rstrip("0").rstrip(".")
+    return f"p{text}"

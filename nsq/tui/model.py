@@ -1,0 +1,553 @@
+"""The cluster as ``nsq admin`` shows it: plain dataclasses and the pure
+aggregation of nsqd ``/stats`` answers (no I/O, no Textual).
+
+Aggregation follows Go nsqadmin's ``clusterinfo`` (``TopicStats.Add``,
+``ChannelStats.Add``, ``E2eProcessingLatencyAggregate.Add``): a topic's
+figures are summed over every nsqd that has it, a channel's over every nsqd
+that has the topic and the channel, and each aggregate keeps the per-nsqd
+figures in ``nodes``. Rates (messages/s) come from two successive polls
+(:func:`apply_rates`); nsqadmin only shows them with graphite.
+
+Counts are messages; depths are messages queued (memory + disk); times are
+Unix seconds; e2e latencies are nanoseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ChannelStats", "ClientStats", "ClusterSnapshot", "History", "LookupdInfo", "NodeError", "NodeInfo",
+           "Percentile", "TopicStats", "Totals", "aggregate", "apply_rates", "host_port", "merge_e2e",
+           "parse_e2e", "version_tuple"]
+
+
+def host_port(host: str, port: int | str) -> str:
+    """``host:port``, with an IPv6 host in brackets."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"1.2.1"`` -> ``(1, 2, 1)`` (unparsable parts count as 0; ``"1.2.1-alpha"`` as 1.2.1)."""
+    parts = []
+    for part in (version or "0").split("-", 1)[0].split("."):
+        try:
+            parts.append(int(part))
+        except ValueError:
+            parts.append(0)
+    return tuple(parts)
+
+
+@dataclass
+class Percentile:
+    """One e2e processing latency quantile, merged over nsqds as nsqadmin does.
+
+    Attributes:
+        quantile: e.g. 0.99.
+        average: count-weighted mean of the nsqds' values, ns.
+        min, max: lowest and highest nsqd value, ns.
+        count: FINs in the window, summed.
+    """
+
+    quantile: float
+    average: float
+    min: float
+    max: float
+    count: int
+
+
+def parse_e2e(obj: Any) -> list[Percentile]:
+    """nsqd's ``e2e_processing_latency`` object -> percentiles, highest quantile first
+    ([] when absent or disabled)."""
+    if not isinstance(obj, dict):
+        return []
+    count = int(obj.get("count") or 0)
+    out = []
+    for p in obj.get("percentiles") or []:
+        try:
+            q, v = float(p["quantile"]), float(p["value"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        out.append(Percentile(q, v, v, v, count))
+    out.sort(key=lambda p: -p.quantile)
+    return out
+
+
+def merge_e2e(into: list[Percentile], other: list[Percentile]) -> list[Percentile]:
+    """Merge ``other`` into ``into`` (in place, returned): per quantile the
+    count-weighted average, the min and the max."""
+    for value in other:
+        mine = next((p for p in into if p.quantile == value.quantile), None)
+        if mine is None:
+            into.append(dataclasses.replace(value))
+            continue
+        mine.max = max(mine.max, value.max)
+        mine.min = min(mine.min, value.min)
+        mine.count += value.count
+        if mine.count:
+            mine.average += (value.average - mine.average) * value.count / mine.count
+    into.sort(key=lambda p: -p.quantile)
+    return into
+
+
+def _int(obj: dict, key: str) -> int:
+    try:
+        return int(obj.get(key) or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+@dataclass
+class ClientStats:
+    """A consumer connected to a channel on one nsqd (nsqd ``/stats`` client).
+
+    ``connect_ts`` is Unix seconds; ``node`` the nsqd's HTTP address.
+    """
+
+    node: str
+    node_hostname: str
+    client_id: str
+    hostname: str
+    remote_address: str
+    user_agent: str
+    protocol: str
+    state: int
+    in_flight: int
+    ready: int
+    finished: int
+    requeued: int
+    messages: int
+    connect_ts: int
+    sample_rate: int = 0
+    tls: bool = False
+    tls_version: str = ""
+    snappy: bool = False
+    deflate: bool = False
+    authed: bool = False
+    auth_identity: str = ""
+
+    @classmethod
+    def from_json(cls, obj: dict, node: str, node_hostname: str) -> ClientStats:
+        """From one entry of a channel's ``clients`` list."""
+        return cls(
+            node=node, node_hostname=node_hostname, client_id=str(obj.get("client_id") or ""),
+            hostname=str(obj.get("hostname") or ""), remote_address=str(obj.get("remote_address") or ""),
+            user_agent=str(obj.get("user_agent") or ""), protocol=str(obj.get("version") or ""),
+            state=_int(obj, "state"), in_flight=_int(obj, "in_flight_count"), ready=_int(obj, "ready_count"),
+            finished=_int(obj, "finish_count"), requeued=_int(obj, "requeue_count"),
+            messages=_int(obj, "message_count"), connect_ts=_int(obj, "connect_ts"),
+            sample_rate=_int(obj, "sample_rate"), tls=bool(obj.get("tls")),
+            tls_version=str(obj.get("tls_version") or ""), snappy=bool(obj.get("snappy")),
+            deflate=bool(obj.get("deflate")), authed=bool(obj.get("authed")),
+            auth_identity=str(obj.get("auth_identity") or ""))
+
+    @property
+    def host(self) -> str:
+        """nsqadmin's "Client Host": ``hostname:remote port``."""
+        port = self.remote_address.rsplit(":", 1)[-1] if ":" in self.remote_address else "NA"
+        return f"{self.hostname or self.remote_address.rsplit(':', 1)[0]}:{port}"
+
+    @property
+    def attributes(self) -> list[str]:
+        """nsqadmin's attribute labels: ``Sampled N%``, ``TLS``, ``Deflate``, ``Snappy``, ``Authed``."""
+        out = []
+        if self.sample_rate > 0:
+            out.append(f"Sampled {self.sample_rate}%")
+        if self.tls:
+            out.append(f"TLS {self.tls_version}".strip())
+        if self.deflate:
+            out.append("Deflate")
+        if self.snappy:
+            out.append("Snappy")
+        if self.authed:
+            out.append(f"Authed {self.auth_identity}".strip())
+        return out
+
+
+@dataclass
+class ChannelStats:
+    """A channel on one nsqd (``node`` = its HTTP address), or aggregated over
+    nsqds (``node == "*"``, per-nsqd figures in ``nodes``).
+
+    ``rate`` is messages/s since the previous poll (None before a second
+    poll); ``depth_history``/``rate_history`` the last polls' values, oldest first.
+    """
+
+    topic: str
+    name: str
+    node: str = "*"
+    hostname: str = ""
+    depth: int = 0
+    backend_depth: int = 0
+    in_flight: int = 0
+    deferred: int = 0
+    requeued: int = 0
+    timed_out: int = 0
+    messages: int = 0
+    client_count: int = 0
+    paused: bool = False
+    e2e: list[Percentile] = field(default_factory=list)
+    clients: list[ClientStats] = field(default_factory=list)
+    nodes: list[ChannelStats] = field(default_factory=list)
+    rate: float | None = None
+    depth_history: list[float] = field(default_factory=list)
+    rate_history: list[float] = field(default_factory=list)
+
+    @property
+    def memory_depth(self) -> int:
+        """Messages queued in memory (depth minus disk)."""
+        return self.depth - self.backend_depth
+
+    @classmethod
+    def from_json(cls, topic: str, obj: dict, node: str, hostname: str) -> ChannelStats:
+        """One nsqd's channel from its ``/stats`` JSON."""
+        clients = [ClientStats.from_json(c, node, hostname) for c in obj.get("clients") or [] if isinstance(c, dict)]
+        count = _int(obj, "client_count") if "client_count" in obj else len(clients)
+        return cls(topic=topic, name=str(obj.get("channel_name") or ""), node=node, hostname=hostname,
+                   depth=_int(obj, "depth"), backend_depth=_int(obj, "backend_depth"),
+                   in_flight=_int(obj, "in_flight_count"), deferred=_int(obj, "deferred_count"),
+                   requeued=_int(obj, "requeue_count"), timed_out=_int(obj, "timeout_count"),
+                   messages=_int(obj, "message_count"), client_count=count, paused=bool(obj.get("paused")),
+                   e2e=parse_e2e(obj.get("e2e_processing_latency")), clients=clients)
+
+    def add(self, other: ChannelStats) -> None:
+        """Add one nsqd's figures (Go ``ChannelStats.Add``)."""
+        self.node = "*"
+        for name in ("depth", "backend_depth", "in_flight", "deferred", "requeued", "timed_out", "messages",
+                     "client_count"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.paused = self.paused or other.paused
+        self.nodes.append(other)
+        self.nodes.sort(key=lambda n: (n.hostname, n.node))
+        merge_e2e(self.e2e, other.e2e)
+        self.clients.extend(other.clients)
+        self.clients.sort(key=lambda c: (c.hostname, c.remote_address, c.node))
+
+
+@dataclass
+class TopicStats:
+    """A topic on one nsqd, or aggregated over nsqds (``node == "*"``).
+
+    ``channels`` of an aggregate are aggregated :class:`ChannelStats`, sorted
+    by name; ``tombstoned`` (per nsqd) comes from lookupd ``/nodes``.
+    """
+
+    name: str
+    node: str = "*"
+    hostname: str = ""
+    depth: int = 0
+    backend_depth: int = 0
+    messages: int = 0
+    paused: bool = False
+    tombstoned: bool = False
+    e2e: list[Percentile] = field(default_factory=list)
+    channels: list[ChannelStats] = field(default_factory=list)
+    nodes: list[TopicStats] = field(default_factory=list)
+    rate: float | None = None
+    depth_history: list[float] = field(default_factory=list)
+    rate_history: list[float] = field(default_factory=list)
+
+    @property
+    def memory_depth(self) -> int:
+        """Messages queued in memory (depth minus disk)."""
+        return self.depth - self.backend_depth
+
+    @property
+    def in_flight(self) -> int:
+        """In flight over every channel."""
+        return sum(c.in_flight for c in self.channels)
+
+    @property
+    def deferred(self) -> int:
+        """Deferred over every channel."""
+        return sum(c.deferred for c in self.channels)
+
+    @property
+    def client_count(self) -> int:
+        """Consumers over every channel."""
+        return sum(c.client_count for c in self.channels)
+
+    @property
+    def producers(self) -> int:
+        """nsqds that have the topic."""
+        return len(self.nodes) if self.node == "*" else 1
+
+    def channel(self, name: str) -> ChannelStats | None:
+        """The channel named ``name``, or None."""
+        return next((c for c in self.channels if c.name == name), None)
+
+    @classmethod
+    def from_json(cls, obj: dict, node: str, hostname: str) -> TopicStats:
+        """One nsqd's topic from its ``/stats`` JSON (channels per nsqd)."""
+        name = str(obj.get("topic_name") or "")
+        channels = [ChannelStats.from_json(name, c, node, hostname)
+                    for c in obj.get("channels") or [] if isinstance(c, dict)]
+        return cls(name=name, node=node, hostname=hostname, depth=_int(obj, "depth"),
+                   backend_depth=_int(obj, "backend_depth"), messages=_int(obj, "message_count"),
+                   paused=bool(obj.get("paused")), e2e=parse_e2e(obj.get("e2e_processing_latency")),
+                   channels=channels)
+
+    def add(self, other: TopicStats) -> None:
+        """Add one nsqd's topic (Go ``TopicStats.Add``); its channels are
+        aggregated by name."""
+        self.node = "*"
+        self.depth += other.depth
+        self.backend_depth += other.backend_depth
+        self.messages += other.messages
+        self.paused = self.paused or other.paused
+        for ch in other.channels:
+            mine = self.channel(ch.name)
+            if mine is None:
+                mine = ChannelStats(topic=self.name, name=ch.name)
+                self.channels.append(mine)
+            mine.add(ch)
+        self.channels.sort(key=lambda c: c.name)
+        self.nodes.append(other)
+        self.nodes.sort(key=lambda n: (n.hostname, n.node))
+        merge_e2e(self.e2e, other.e2e)
+
+
+@dataclass
+class NodeInfo:
+    """An nsqd as lookupd ``/nodes`` (or its own ``/info``) describes it.
+
+    Attributes:
+        remote_addresses: ``lookupd/remote address`` for each lookupd that
+            lists it (nsqadmin's "Lookupd Conns.").
+        topics: ``(topic, tombstoned)`` sorted by name.
+        out_of_date: older than the newest nsqd in the cluster.
+        error: why its ``/stats`` (or ``/info``) could not be read ("" if it could).
+        address: the ``--nsqd-http-address`` it was given as ("" when
+            found through lookupd); its API is asked there.
+    """
+
+    hostname: str
+    broadcast_address: str
+    tcp_port: int
+    http_port: int
+    version: str
+    remote_addresses: list[str] = field(default_factory=list)
+    topics: list[tuple[str, bool]] = field(default_factory=list)
+    out_of_date: bool = False
+    error: str = ""
+    address: str = ""
+
+    @property
+    def api_address(self) -> str:
+        """Where to send HTTP requests: ``address`` if given, else ``http_address``."""
+        return self.address or self.http_address
+
+    @property
+    def http_address(self) -> str:
+        """``broadcast_address:http_port`` (where its HTTP API and stats are)."""
+        return host_port(self.broadcast_address, self.http_port)
+
+    @property
+    def tcp_address(self) -> str:
+        """``broadcast_address:tcp_port``."""
+        return host_port(self.broadcast_address, self.tcp_port)
+
+
+@dataclass
+class LookupdInfo:
+    """A configured nsqlookupd: its ``/info`` version, or why it failed."""
+
+    address: str
+    version: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class NodeError:
+    """A daemon that could not be read during a poll (``kind``: ``lookupd`` or ``nsqd``)."""
+
+    kind: str
+    address: str
+    message: str
+
+
+@dataclass
+class Totals:
+    """Cluster-wide sums over every topic (depths and counts in messages)."""
+
+    topics: int = 0
+    channels: int = 0
+    nodes: int = 0
+    nodes_up: int = 0
+    clients: int = 0
+    depth: int = 0
+    backend_depth: int = 0
+    channel_depth: int = 0
+    in_flight: int = 0
+    deferred: int = 0
+    messages: int = 0
+    rate: float | None = None
+
+    @property
+    def memory_depth(self) -> int:
+        """Topic depth held in memory."""
+        return self.depth - self.backend_depth
+
+
+@dataclass
+class ClusterSnapshot:
+    """One poll of the cluster.
+
+    Attributes:
+        taken_at: Unix seconds of the poll (durations such as "connected"
+            are measured against it).
+        lookupds: the configured lookupds (empty with ``--nsqd-http-address``).
+        nodes: every nsqd, sorted by hostname then address.
+        topics: every topic (aggregated), sorted by name; includes topics
+            lookupd knows that no nsqd has (no ``nodes``).
+        errors: daemons that could not be read.
+        rate_history: cluster message rate of the last polls, oldest first.
+    """
+
+    taken_at: float
+    lookupds: list[LookupdInfo] = field(default_factory=list)
+    nodes: list[NodeInfo] = field(default_factory=list)
+    topics: list[TopicStats] = field(default_factory=list)
+    errors: list[NodeError] = field(default_factory=list)
+    rate_history: list[float] = field(default_factory=list)
+
+    def topic(self, name: str) -> TopicStats | None:
+        """The aggregated topic named ``name``, or None."""
+        return next((t for t in self.topics if t.name == name), None)
+
+    def channel(self, topic: str, name: str) -> ChannelStats | None:
+        """The aggregated channel, or None."""
+        t = self.topic(topic)
+        return t.channel(name) if t is not None else None
+
+    def node(self, http_address: str) -> NodeInfo | None:
+        """The nsqd whose ``http_address`` is given, or None."""
+        return next((n for n in self.nodes if n.http_address == http_address), None)
+
+    @property
+    def totals(self) -> Totals:
+        """Sums over the cluster."""
+        t = Totals(topics=len(self.topics), nodes=len(self.nodes),
+                   nodes_up=sum(1 for n in self.nodes if not n.error))
+        rates = [x.rate for x in self.topics if x.rate is not None]
+        t.rate = sum(rates) if rates else None
+        for topic in self.topics:
+            t.channels += len(topic.channels)
+            t.clients += topic.client_count
+            t.depth += topic.depth
+            t.backend_depth += topic.backend_depth
+            t.channel_depth += sum(c.depth for c in topic.channels)
+            t.in_flight += topic.in_flight
+            t.deferred += topic.deferred
+            t.messages += topic.messages
+        return t
+
+
+def aggregate(per_node: list[tuple[NodeInfo, dict]], known_topics: list[str] = ()) -> list[TopicStats]:
+    """Aggregate nsqd ``/stats`` answers per topic and channel.
+
+    Args:
+        per_node: (the nsqd, its ``/stats?format=json`` answer) for each nsqd read.
+        known_topics: topic names from lookupd; those no nsqd has appear
+            with zero figures and no ``nodes``.
+
+    Returns:
+        the topics sorted by name, each with its per-nsqd ``nodes`` and
+        aggregated ``channels``.
+    """
+    topics: dict[str, TopicStats] = {}
+    for node, stats in per_node:
+        tombstoned = {name for name, dead in node.topics if dead}
+        for obj in (stats or {}).get("topics") or []:
+            if not isinstance(obj, dict):
+                continue
+            one = TopicStats.from_json(obj, node.http_address, node.hostname)
+            one.tombstoned = one.name in tombstoned
+            total = topics.get(one.name)
+            if total is None:
+                total = topics[one.name] = TopicStats(name=one.name)
+            total.add(one)
+    for name in known_topics:
+        topics.setdefault(name, TopicStats(name=name))
+    return [topics[name] for name in sorted(topics)]
+
+
+class History:
+    """Per-topic and per-channel counters of the previous poll and the last
+    ``size`` depth and rate values, for :func:`apply_rates`."""
+
+    def __init__(self, size: int = 120) -> None:
+        self.size = size
+        self.previous_at: float | None = None
+        self.previous: dict[tuple[str, ...], int] = {}
+        self.series: dict[tuple[str, ...], tuple[deque[float], deque[float]]] = {}
+        self.cluster_rates: deque[float] = deque(maxlen=size)
+
+    def _series(self, key: tuple[str, ...]) -> tuple[deque[float], deque[float]]:
+        s = self.series.get(key)
+        if s is None:
+            s = self.series[key] = (deque(maxlen=self.size), deque(maxlen=self.size))
+        return s
+
+
+def _rate(history: History, key: tuple[str, ...], messages: int, counters: dict[tuple[str, ...], int],
+          dt: float | None) -> float | None:
+    counters[key] = messages
+    if dt is None or dt <= 0:
+        return None
+    before = history.previous.get(key)
+    if before is None or messages < before:
+        return None  # new here, or the nsqd restarted (counter reset)
+    return (messages - before) / dt
+
+
+def apply_rates(snapshot: ClusterSnapshot, history: History) -> ClusterSnapshot:
+    """Fill ``rate`` (messages/s since the previous poll, summed over the
+    nsqds seen both times) and the depth/rate histories of every topic,
+    channel and per-nsqd row, and the cluster's rate history; then remember
+    this poll in ``history``. Returns ``snapshot``."""
+    dt = None if history.previous_at is None else snapshot.taken_at - history.previous_at
+    counters: dict[tuple[str, ...], int] = {}
+    live: set[tuple[str, ...]] = set()
+    for topic in snapshot.topics:
+        node_rates = []
+        for n in topic.nodes:
+            n.rate = _rate(history, ("t", topic.name, n.node), n.messages, counters, dt)
+            if n.rate is not None:
+                node_rates.append(n.rate)
+        topic.rate = sum(node_rates) if node_rates else (0.0 if dt and not topic.nodes else None)
+        for ch in topic.channels:
+            ch_rates = []
+            for n in ch.nodes:
+                n.rate = _rate(history, ("c", topic.name, ch.name, n.node), n.messages, counters, dt)
+                if n.rate is not None:
+                    ch_rates.append(n.rate)
+            ch.rate = sum(ch_rates) if ch_rates else None
+            key = ("c", topic.name, ch.name)
+            live.add(key)
+            depths, rates = history._series(key)
+            depths.append(float(ch.depth))
+            if ch.rate is not None:
+                rates.append(ch.rate)
+            ch.depth_history, ch.rate_history = list(depths), list(rates)
+        key = ("t", topic.name)
+        live.add(key)
+        depths, rates = history._series(key)
+        depths.append(float(topic.depth + sum(c.depth for c in topic.channels)))
+        if topic.rate is not None:
+            rates.append(topic.rate)
+        topic.depth_history, topic.rate_history = list(depths), list(rates)
+    total = snapshot.totals.rate
+    if total is not None:
+        history.cluster_rates.append(total)
+    snapshot.rate_history = list(history.cluster_rates)
+    for key in list(history.series):
+        if key not in live:
+            del history.series[key]
+    history.previous = counters
+    history.previous_at = snapshot.taken_at
+    return snapshot
