@@ -315,7 +315,7 @@ async def test_deferred_log_requeue_delay_and_empty(tmp_path):
     try:
         ch = d.topics["t"].channels["c"]
         assert list(ch.deferred) == [m.id]
-        assert ch.deferred[m.id].attempts == 1
+        assert ch.deferred[m.id][2][3] == 1  # (due, seq, entry): attempts kept
         ch.empty()
         assert not ch.deferred
     finally:

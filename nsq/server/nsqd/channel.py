@@ -54,7 +54,8 @@ class Channel:
         backend: overflow backend (disk queue, discard or refuse).
         clients: subscribed clients by client id.
         in_flight: messages sent and not yet finished, by id.
-        deferred: messages held back by DPUB/REQ, by id.
+        deferred: messages held back by DPUB/REQ: id -> ``(due, seq,
+            entry)``, due in monotonic s (the same tuple is the heap item).
         paused: no delivery while True.
         message_count, requeue_count, timeout_count: counters for /stats.
         e2e: :class:`~nsq.server.nsqd.quantile.WindowedQuantile` of FIN
@@ -75,8 +76,8 @@ class Channel:
         self._ready: dict[ClientV2, None] = {}
         self.in_flight: dict[bytes, Message] = {}
         self._in_flight_pq: list[tuple[float, int, list[Message]]] = []
-        self.deferred: dict[bytes, Message] = {}
-        self._deferred_pq: list[tuple[float, int, Message]] = []
+        self.deferred: dict[bytes, tuple[float, int, Entry]] = {}
+        self._deferred_pq: list[tuple[float, int, Entry]] = []
         self.paused = False
         self.deleted = False
         #: True while the daemon's timeout scan watches this channel
@@ -121,7 +122,7 @@ class Channel:
             now = time.monotonic()
             for e in msgs:
                 if e[4]:
-                    self._defer(Message.of(e), now + e[4] / 1000.0)
+                    self._defer((e[0], e[1], e[2], e[3], 0), now + e[4] / 1000.0)
                 else:
                     q.append(e)
         else:
@@ -149,8 +150,11 @@ class Channel:
         return cap
 
     def _requeue(self, msg: Message) -> None:
-        """Put a timed-out / requeued / due message back at the tail."""
-        msg = entry(msg)
+        """Put a timed-out / requeued message back at the tail."""
+        self._enqueue(entry(msg))
+
+    def _enqueue(self, msg: Entry) -> None:
+        """Put an entry (a requeue, a due deferred message) at the tail."""
         q = self.queue
         if len(q) < self.mem_queue_size or not self.backend.accepts_overflow:
             # never lose an acknowledged message: without a backend that can
@@ -175,23 +179,23 @@ class Channel:
             self.nsqd.set_health(f"failed to write message to backend - {exc}")
             self.queue.append(msg)
 
-    def _defer(self, msg: Message, due: float, persist: bool = True) -> None:
-        msg.deadline = due
-        msg.client = None
-        self.deferred[msg.id] = msg
-        heapq.heappush(self._deferred_pq, (due, next(_seq), msg))
+    def _defer(self, e: Entry, due: float, persist: bool = True) -> None:
+        # one tuple, untracked by the cycle collector, is both the heap item
+        # and the dict value (the identity check makes removal lazy)
+        item = (due, next(_seq), e)
+        self.deferred[e[0]] = item
+        heapq.heappush(self._deferred_pq, item)
         if not self.armed:
             self.nsqd.arm_timers(self)
         if persist and self.deferred_log is not None:
             due_unix = time.time_ns() + int((due - time.monotonic()) * 1e9)
-            self.deferred_log.add(due_unix, msg.timestamp, msg.attempts, msg.id, msg.body)
+            self.deferred_log.add(due_unix, e[2], e[3], e[0], e[1])
 
     def _load_deferred(self) -> None:
         """Re-arm deferred messages found on disk at their original due time."""
         now_mono, now_unix = time.monotonic(), time.time_ns()
-        for due_unix, m in list(self.deferred_log.pending.values()):  # type: ignore[union-attr]
-            msg = Message(m.id, m.body, m.timestamp, m.attempts)
-            self._defer(msg, now_mono + (due_unix - now_unix) / 1e9, persist=False)
+        for msg_id, (due_unix, ts, attempts, body) in list(self.deferred_log.pending.items()):  # type: ignore[union-attr]
+            self._defer((msg_id, body, ts, attempts, 0), now_mono + (due_unix - now_unix) / 1e9, persist=False)
         if self.deferred:
             log.info("CHANNEL(%s:%s): %d deferred messages restored", self.topic.name, self.name, len(self.deferred))
 
@@ -313,7 +317,7 @@ class Channel:
         msg = self._pop_in_flight(client, msg_id)
         self.requeue_count += 1
         if timeout_ms > 0:
-            self._defer(msg, time.monotonic() + timeout_ms / 1000.0)
+            self._defer(entry(msg), time.monotonic() + timeout_ms / 1000.0)
         else:
             self._requeue(msg)
 
@@ -355,12 +359,13 @@ class Channel:
         dpq = self._deferred_pq
         deferred = self.deferred
         while dpq and dpq[0][0] <= now:
-            _, _, msg = heapq.heappop(dpq)
-            if deferred.get(msg.id) is msg and msg.deadline <= now:
-                del deferred[msg.id]
-                self._requeue(msg)
+            item = heapq.heappop(dpq)
+            e = item[2]
+            if deferred.get(e[0]) is item:
+                del deferred[e[0]]
+                self._enqueue(e)
                 if self.deferred_log is not None:
-                    self.deferred_log.remove(msg.id)
+                    self.deferred_log.remove(e[0])
                 changed = True
         if changed:
             self.pump()
@@ -425,7 +430,7 @@ class Channel:
         msgs += map(entry, sorted(self.in_flight.values(), key=lambda m: m.deadline))
         if self.deferred_log is None:
             # as Go: deferred messages go to the disk queue (losing their delay)
-            msgs += map(entry, sorted(self.deferred.values(), key=lambda m: m.deadline))
+            msgs += [item[2] for item in sorted(self.deferred.values())]
         # else they are already in the deferred log, with their due times
         if msgs and self.backend.accepts_overflow and not self.ephemeral:
             log.info("CHANNEL(%s): flushing %d memory %d in-flight %d deferred messages to backend",

@@ -32,7 +32,7 @@ import random
 import struct
 from collections.abc import Callable
 
-from nsq.protocol.message import MIN_MESSAGE_LENGTH, decode_message, DecodedMessage
+from nsq.protocol.message import MIN_MESSAGE_LENGTH, decode_message
 
 __all__ = ["DeferredLog"]
 
@@ -54,7 +54,8 @@ class DeferredLog:
         sync_every: fsync after this many appends (1 = before returning).
 
     Attributes:
-        pending: ``{id: (due unix ns, DecodedMessage)}`` loaded at open,
+        pending: ``{id: (due unix ns, timestamp ns, attempts, body)}``
+            (plain tuples: untracked by the cycle collector) loaded at open,
             kept current by :meth:`add`/:meth:`remove`.
     """
 
@@ -66,7 +67,7 @@ class DeferredLog:
         #: with ``sync_every == 1``: called after each append instead of an
         #: inline fsync (see DiskQueue.strict_hook)
         self.strict_hook: Callable[[DeferredLog], None] | None = None
-        self.pending: dict[bytes, tuple[int, DecodedMessage]] = {}
+        self.pending: dict[bytes, tuple[int, int, int, bytes]] = {}
         self._dead = 0
         self._writes_since_sync = 0
         self._dirty = False
@@ -84,7 +85,7 @@ class DeferredLog:
         payload = _DUE.pack(due_unix_ns) + _MSG_HDR.pack(ts, attempts) + msg_id + body
         if msg_id in self.pending:
             self._dead += 1
-        self.pending[msg_id] = (due_unix_ns, DecodedMessage(ts, attempts, msg_id, body))
+        self.pending[msg_id] = (due_unix_ns, ts, attempts, body)
         self._append(_ADD, payload)
 
     def remove(self, msg_id: bytes) -> None:
@@ -198,7 +199,7 @@ class DeferredLog:
             if kind == _ADD and len(body) >= 8 + MIN_MESSAGE_LENGTH:
                 due = _DUE.unpack_from(body, 0)[0]
                 msg = decode_message(body[8:])
-                self.pending[msg.id] = (due, msg)
+                self.pending[msg.id] = (due, msg.timestamp, msg.attempts, msg.body)
             elif kind == _REMOVE and len(body) == 16:
                 self.pending.pop(bytes(body), None)
             else:
@@ -214,8 +215,8 @@ class DeferredLog:
             os.close(self._fd)
             self._fd = None
         parts = []
-        for due, msg in self.pending.values():
-            payload = _DUE.pack(due) + _MSG_HDR.pack(msg.timestamp, msg.attempts) + msg.id + msg.body
+        for msg_id, (due, ts, attempts, body) in self.pending.items():
+            payload = _DUE.pack(due) + _MSG_HDR.pack(ts, attempts) + msg_id + body
             parts.append(_HDR.pack(len(payload) + 1, _ADD) + payload)
         tmp = f"{self.path}.{random.getrandbits(62)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
