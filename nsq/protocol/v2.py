@@ -16,6 +16,7 @@ Commands are tuples whose first item is one of the ``CMD_*`` constants::
     (CMD_DPUB, topic: str, defer_ms: int, body: bytes)
     (CMD_RDY, count: int)
     (CMD_FIN, msg_id: bytes)
+    (CMD_FIN_MANY, msg_ids: list[bytes])       # consecutive FINs of one read
     (CMD_REQ, msg_id: bytes, timeout_ms: int)   # clamped to 0..max_req_timeout
     (CMD_TOUCH, msg_id: bytes)
     (CMD_CLS,)
@@ -56,6 +57,7 @@ __all__ = [
     "CMD_DPUB",
     "CMD_RDY",
     "CMD_FIN",
+    "CMD_FIN_MANY",
     "CMD_REQ",
     "CMD_TOUCH",
     "CMD_CLS",
@@ -80,6 +82,7 @@ CMD_REQ = 9
 CMD_TOUCH = 10
 CMD_CLS = 11
 CMD_NOP = 12
+CMD_FIN_MANY = 13
 
 #: longest command line accepted without a newline (Go's bufio reader size)
 MAX_LINE_LENGTH = 16 * 1024
@@ -203,15 +206,24 @@ class V2ServerParser:
                     return None
             pos = self._pos
             nl = buf.find(b"\n", pos)
-            if (
-                nl - pos == 20
-                and buf[pos] == 70  # fast path for the most frequent command: "FIN <16-byte id>\n"
-                and buf[pos + 1:pos + 4] == b"IN "
-                and self.state != STATE_INIT
-            ):
-                self._pos = nl + 1
+            if nl - pos == 20 and buf.startswith(b"FIN ", pos) and self.state != STATE_INIT:
+                # fast path for the most frequent command, "FIN <16-byte id>\n";
+                # a consumer's FINs arrive back to back, so take every one
+                # that follows as well: (CMD_FIN_MANY, [id, ...])
                 self._need = 0
-                return (CMD_FIN, bytes(buf[pos + 4:nl]))
+                first = bytes(buf[pos + 4:nl])
+                p = nl + 1
+                end = len(buf) - 21
+                if p > end or not buf.startswith(b"FIN ", p) or buf[p + 20] != 10:
+                    self._pos = p
+                    return (CMD_FIN, first)
+                ids = [first]
+                append = ids.append
+                while p <= end and buf.startswith(b"FIN ", p) and buf[p + 20] == 10:
+                    append(bytes(buf[p + 4:p + 20]))
+                    p += 21
+                self._pos = p
+                return (CMD_FIN_MANY, ids)
             if nl < 0:
                 if avail > MAX_LINE_LENGTH:
                     raise ProtocolError(E_INVALID, f"command line longer than {MAX_LINE_LENGTH} bytes")

@@ -18,6 +18,7 @@ from nsq.protocol.v2 import (
     CMD_CLS,
     CMD_DPUB,
     CMD_FIN,
+    CMD_FIN_MANY,
     CMD_IDENTIFY,
     CMD_MPUB,
     CMD_NOP,
@@ -473,3 +474,28 @@ def test_line_of_max_length_is_accepted():
     line = b"NOP " + b"x" * (MAX_LINE_LENGTH - 4) + b"\n"
     assert parse_all(line) == [(CMD_NOP,)]
     assert parse_bytewise(line) == [(CMD_NOP,)]
+
+
+def test_back_to_back_fins_come_as_one_command():
+    ids = [b"%016x" % i for i in range(3)]
+    cmds = parse_all(SUB + b"".join(c.fin(i) for i in ids) + c.rdy(7) + c.fin(ids[0]))
+    assert cmds[1:] == [(CMD_FIN_MANY, ids), (CMD_RDY, 7), (CMD_FIN, ids[0])]
+
+
+def test_fin_batch_stops_at_an_incomplete_fin():
+    p = V2ServerParser()
+    p.feed(MAGIC_V2 + SUB)
+    assert p.next_command()[0] != CMD_FIN
+    data = c.fin(b"a" * 16) + c.fin(b"b" * 16)
+    p.feed(data[:-5])
+    assert p.next_command() == (CMD_FIN, b"a" * 16)
+    assert p.next_command() is None
+    p.feed(data[-5:])
+    assert p.next_command() == (CMD_FIN, b"b" * 16)
+
+
+def test_fin_batch_before_subscribe_is_still_refused():
+    p = V2ServerParser()
+    p.feed(MAGIC_V2 + c.fin(b"a" * 16) + c.fin(b"b" * 16))
+    with pytest.raises(ClientError, match="cannot FIN in current state"):
+        p.next_command()

@@ -148,6 +148,28 @@ async def test_fin_unknown_id_is_not_fatal(connect):
     await sub.expect_nothing(0.1)
 
 
+async def test_fins_in_one_write_with_a_bad_one_in_the_middle(connect, http: HTTP):
+    """Back-to-back FINs (parsed as one batch) act one by one: the unknown id
+    gets its E_FIN_FAILED, the others finish, the connection goes on."""
+    sub = await consumer(connect, "t", "ch", rdy=10)
+    pub = await connect()
+    for i in range(4):
+        await pub.publish("t", b"m%d" % i)
+    msgs = [await sub.read_message() for _ in range(4)]
+    ids = [m.id for m in msgs]
+    await sub.send(b"".join(c.fin(i) for i in ids[:2]) + c.fin(b"fedcba9876543210")
+                   + b"".join(c.fin(i) for i in ids[2:]))
+    assert await sub.expect_error() == b"E_FIN_FAILED FIN fedcba9876543210 failed ID not in flight"
+
+    async def finished():
+        ch = await http.channel_stats("t", "ch")
+        return ch["in_flight_count"] == 0 and ch["clients"][0]["finish_count"] == 4
+
+    await wait_for(finished)
+    await sub.send(c.fin(ids[0]))  # already finished
+    assert await sub.expect_error() == b"E_FIN_FAILED FIN %s failed ID not in flight" % ids[0]
+
+
 async def test_fin_unknown_id_then_pub_on_same_connection(connect):
     conn = await connect()
     await conn.subscribe("t", "ch")

@@ -73,7 +73,7 @@ _IDENTIFY_TYPES: dict[str, type | tuple[type, ...]] = {
 _COMMAND_NAMES = {
     v2.CMD_IDENTIFY: "IDENTIFY", v2.CMD_AUTH: "AUTH", v2.CMD_SUB: "SUB", v2.CMD_PUB: "PUB", v2.CMD_MPUB: "MPUB",
     v2.CMD_DPUB: "DPUB", v2.CMD_RDY: "RDY", v2.CMD_FIN: "FIN", v2.CMD_REQ: "REQ", v2.CMD_TOUCH: "TOUCH",
-    v2.CMD_CLS: "CLS", v2.CMD_NOP: "NOP",
+    v2.CMD_CLS: "CLS", v2.CMD_NOP: "NOP", v2.CMD_FIN_MANY: "FIN",
 }
 
 
@@ -160,6 +160,7 @@ class ClientV2(asyncio.Protocol):
             v2.CMD_DPUB: self._dpub,
             v2.CMD_RDY: self._rdy,
             v2.CMD_FIN: self._fin,
+            v2.CMD_FIN_MANY: self._fin_many,
             v2.CMD_REQ: self._req,
             v2.CMD_TOUCH: self._touch,
             v2.CMD_CLS: self._cls,
@@ -662,6 +663,23 @@ class ClientV2(asyncio.Protocol):
             raise ClientError(E_FIN_FAILED, f"FIN {msg_id.decode('latin-1')} failed {exc}") from None
         self.finish_count += 1
         self._message_done()
+
+    def _fin_many(self, cmd: tuple) -> None:
+        # the same as one _fin per id, in order, without a parser round trip each
+        channel = self.channel
+        finish = channel.finish  # type: ignore[union-attr]
+        done = 0
+        for msg_id in cmd[1]:
+            try:
+                finish(self, msg_id)
+            except ChannelError as exc:
+                self._client_error(ClientError(E_FIN_FAILED, f"FIN {msg_id.decode('latin-1')} failed {exc}"))
+                continue
+            done += 1
+        if done:
+            self.finish_count += done
+            self.in_flight_count -= done
+            self._freed = True
 
     def _req(self, cmd: tuple) -> None:
         _, msg_id, timeout_ms = cmd
