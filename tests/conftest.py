@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+import logging
 from typing import Any
 
 import pytest
 
 from nsq.server.nsqd.nsqd import NSQD
 from nsq.server.nsqd.options import NSQDOptions
+
+
+@pytest.fixture(autouse=True)
+def _restore_nsq_logger():
+    """Commands run in-process (pytest-console-scripts) call setup_logging,
+    which gives the ``nsq`` logger its own handler and stops propagation;
+    put it back so later tests' ``caplog`` sees nsq's records."""
+    logger = logging.getLogger("nsq")
+    saved = (logger.handlers[:], logger.propagate, logger.level)
+    yield
+    logger.handlers[:], logger.propagate, logger.level = saved
 
 
 @pytest.fixture
