@@ -149,7 +149,7 @@ class DiskQueue(BackendQueue):
         return self._dirty or self._bg_failed
 
     def put(self, record: bytes) -> None:
-        """Append one record.
+        """Append one record (:meth:`put_many` of one).
 
         Raises:
             ValueError: the record is shorter than ``min_msg_size`` or longer
@@ -157,38 +157,7 @@ class DiskQueue(BackendQueue):
             BackendFull: the queue is closed or the write failed (disk full,
                 I/O error); the queue state is unchanged.
         """
-        if self._closed:
-            raise BackendFull(f"DISKQUEUE({self.name}) is closed")
-        size = len(record)
-        if size < self.min_msg_size or size > self.max_msg_size:
-            raise ValueError(f"invalid message write size ({size}) minMsgSize={self.min_msg_size} "
-                             f"maxMsgSize={self.max_msg_size}")
-        total = 4 + size
-        # go-diskqueue v1.1.0: roll before a write that would pass the limit
-        if self.write_pos > 0 and self.write_pos + total > self.max_bytes_per_file:
-            self._roll_write_file()
-
-        data = _SIZE.pack(size) + record
-        try:
-            fd = self._open_write_file()
-            pos = self.write_pos
-            view = memoryview(data)
-            while view:
-                n = os.pwrite(fd, view, pos)
-                if n <= 0:
-                    raise OSError("short write")
-                view = view[n:]
-                pos += n
-        except OSError as e:
-            logger.error("DISKQUEUE(%s) failed to write %s at %d - %s",
-                         self.name, self._file_name(self.write_file_num), self.write_pos, e)
-            raise BackendFull(f"DISKQUEUE({self.name}) write failed: {e}") from e
-
-        self.write_pos += total
-        self._depth += 1
-        self._dirty = True
-        self._writes_since_sync += 1
-        self._after_write()
+        self.put_many([record])
 
     def _after_write(self) -> None:
         if self._writes_since_sync >= self.sync_every:
