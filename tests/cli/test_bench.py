@@ -79,3 +79,22 @@ def test_fins_are_fin_commands():
 def test_deadline_is_utc():
     d = parse_deadline("2030-01-02 03:04:05")
     assert d.utcoffset().total_seconds() == 0 and d.hour == 3
+
+
+def test_bench_scale_script_runs_every_check_small():
+    """scripts/bench-scale at toy sizes: every check builds its situation
+    (verified against /stats inside the script) and prints its table rows."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, NSQ_BENCH_NO_VENV="1")
+    r = subprocess.run([sys.executable, os.path.join(root, "scripts", "bench-scale"), "--idle", "0.2",
+                        "--topics", "20", "--deferred", "300", "--consumers", "5", "--consumer-messages", "200",
+                        "--in-flight", "2600"], capture_output=True, text=True, timeout=120, env=env, cwd=root)
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and not line.startswith("| check")]
+    checks = {line.split(" | ")[0][2:] for line in rows if not line.startswith("| ---")}
+    assert checks == {"idle-topics", "deferred", "consumers", "in-flight"}, r.stdout
+    assert "| deferred | 300 DPUB" in r.stdout and "2,600 in flight" in r.stdout

@@ -13,6 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from tests.cli.conftest import nsqd_proc  # noqa: F401 (a fixture: nsq nsqd as a subprocess)
+
 from nsq.server.lookupd import LookupdOptions, NSQLookupd
 from nsq.server.nsqd.nsqd import NSQD
 from nsq.server.nsqd.options import NSQDOptions

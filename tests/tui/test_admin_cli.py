@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import nsq.commands.admin as admin_cmd
 from nsq.cli import cli
-from tests.cli.conftest import NSQ, nsqd_proc  # noqa: F401 (nsqd_proc: a fixture)
+from tests.cli.conftest import NSQ
 
 
 def test_help_lists_nsqadmin_flags_and_nsq_help_stays_light():

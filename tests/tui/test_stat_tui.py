@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 
 from nsq.commands.stat import NodeReport, StatPoller, StatReport
 from nsq.tui.stat import StatApp
-from tests.cli.conftest import NSQ, nsqd_proc, run_nsq  # noqa: F401 (nsqd_proc: a fixture)
+from tests.cli.conftest import NSQ, run_nsq
 
 
 async def post(addr: str, path: str, body: bytes = b"") -> None:
