@@ -64,6 +64,8 @@ __all__ = ["DEFAULT_EPSILON", "BUFFER_SIZE", "target_epsilon", "TargetedStream",
 DEFAULT_EPSILON = 0.01
 #: values buffered before they are merged into the compressed summary (perks: 500)
 BUFFER_SIZE = 500
+#: fraction of the documented error the summary's invariant aims at
+_MARGIN = 0.85
 
 #: a queryable summary: ``(entries, n)`` where entries are ``(value, rmin, rmax)``
 #: sorted by value; ``rmin <= true 1-based rank of value <= rmax`` in a
@@ -104,9 +106,14 @@ class TargetedStream:
         self.epsilon = epsilon
         # per target: (q, slope above q*n, slope below q*n); q == 1 puts no
         # bound below n (perks would divide by zero)
+        # The slopes carry a 0.85 margin: without it, lognormal streams of
+        # 20,000 values came out up to 1.07x the documented error at p95/p99
+        # (3 seeds in 300; the bound on g + delta is checked at compress
+        # time against a moving n and the query's rank slack). With it, 600
+        # streams x 4 target sets stayed within 0.86x, summaries <= 241.
         targets = []
         for q in quantiles:
-            e = target_epsilon(q, epsilon)
+            e = target_epsilon(q, epsilon) * _MARGIN
             targets.append((q, 2.0 * e / q, 2.0 * e / (1.0 - q) if q < 1.0 else math.inf))
         self._targets = tuple(targets)
         self._buf: list[float] = []
