@@ -121,3 +121,51 @@ async def notification_sink() -> AsyncIterator[NotificationSink]:
         yield sink
     finally:
         await runner.cleanup()
+
+
+def run_in_pty(argv: list[str], env: dict[str, str], timeout: float,
+               respond: Callable[[bytes], bytes | None] | None = None) -> tuple[int, bytes]:
+    """Run ``argv`` on a pseudo-terminal, as a user's shell would.
+
+    ``respond(output so far)`` may return keys to type (sent once each
+    time it returns bytes). Reads until the program closes the terminal or
+    ``timeout`` s pass; a program still running 10 s later is killed.
+
+    Returns:
+        (exit code, everything written to the terminal).
+    """
+    import os
+    import pty
+    import select
+    import sys
+
+    pid, fd = pty.fork()
+    if pid == 0:  # child
+        os.environ.update(env)
+        os.execv(sys.executable, argv)
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            if respond is not None and (keys := respond(out)):
+                os.write(fd, keys)
+    finally:
+        reap_by = time.monotonic() + 10
+        done, status = os.waitpid(pid, os.WNOHANG)
+        while not done and time.monotonic() < reap_by:
+            time.sleep(0.05)
+            done, status = os.waitpid(pid, os.WNOHANG)
+        if not done:  # still running past the deadline: end it
+            os.kill(pid, 9)
+            _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    return os.waitstatus_to_exitcode(status), out

@@ -3,12 +3,8 @@ and the real app in a pseudo-terminal as a user runs it."""
 
 from __future__ import annotations
 
-import os
-import pty
-import select
 import subprocess
 import sys
-import time
 
 import pytest
 from click.testing import CliRunner
@@ -16,6 +12,7 @@ from click.testing import CliRunner
 import nsq.commands.admin as admin_cmd
 from nsq.cli import cli
 from tests.cli.conftest import NSQ
+from tests.tui.conftest import run_in_pty
 
 
 def test_help_lists_nsqadmin_flags_and_nsq_help_stays_light():
@@ -89,40 +86,19 @@ def test_serve_hands_the_app_command_line_to_serve_admin(monkeypatch):
 
 def test_the_app_runs_in_a_terminal_and_quits_on_q(nsqd_proc):  # noqa: F811
     nsqd_proc.post("/topic/create?topic=terminal_topic")
-    pid, fd = pty.fork()
-    if pid == 0:  # child
-        os.environ.update(TERM="xterm-256color", COLUMNS="100", LINES="30", NSQ_ADMIN_USER="tester")
-        os.execv(sys.executable, NSQ + ["admin", f"--nsqd-http-address={nsqd_proc.http}", "--refresh-interval=200ms"])
-    out = b""
-    status = None
-    deadline = time.monotonic() + 40
-    sent_q = False
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(fd, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            if not sent_q and b"terminal_topic" in out:
-                os.write(fd, b"q")
-                sent_q = True
-    finally:
-        reap_by = time.monotonic() + 10
-        done, status = os.waitpid(pid, os.WNOHANG)
-        while not done and time.monotonic() < reap_by:
-            time.sleep(0.05)
-            done, status = os.waitpid(pid, os.WNOHANG)
-        if not done:
-            os.kill(pid, 9)
-            _, status = os.waitpid(pid, 0)
-        os.close(fd)
-    assert sent_q, out[-2000:]
-    assert os.waitstatus_to_exitcode(status) == 0, out[-2000:]
+    sent = []
+
+    def quit_once_shown(out: bytes) -> bytes | None:
+        if not sent and b"terminal_topic" in out:
+            sent.append(True)
+            return b"q"
+        return None
+
+    code, out = run_in_pty(NSQ + ["admin", f"--nsqd-http-address={nsqd_proc.http}", "--refresh-interval=200ms"],
+                           {"TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30", "NSQ_ADMIN_USER": "tester"},
+                           40, quit_once_shown)
+    assert sent, out[-2000:]
+    assert code == 0, out[-2000:]
     assert b"\x1b[?1049h" in out  # Textual's alternate screen
     assert b"user tester" in out
 

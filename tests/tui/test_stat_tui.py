@@ -4,9 +4,6 @@ report it must leave unchanged, and a snapshot with fixed data."""
 from __future__ import annotations
 
 import asyncio
-import os
-import pty
-import select
 import subprocess
 import sys
 import time
@@ -17,6 +14,7 @@ from textual.widgets import DataTable, Static
 from nsq.commands.stat import NodeReport, StatPoller, StatReport
 from nsq.tui.stat import StatApp
 from tests.cli.conftest import NSQ, run_nsq
+from tests.tui.conftest import run_in_pty
 
 
 async def post(addr: str, path: str, body: bytes = b"") -> None:
@@ -152,35 +150,10 @@ def test_in_a_terminal_it_runs_the_tui_and_count_ends_it(nsqd_proc):
     nsqd_proc.post("/topic/create?topic=st")
     nsqd_proc.post("/channel/create?topic=st&channel=c")
     nsqd_proc.post("/pub?topic=st", b"m")
-    pid, fd = pty.fork()
-    if pid == 0:  # child
-        os.environ.update(TERM="xterm-256color", COLUMNS="120", LINES="30")
-        os.execv(sys.executable, NSQ + ["stat", "--topic=st", "--channel=c",
-                                        f"--nsqd-http-address={nsqd_proc.http}", "--count=3", "--interval=200ms"])
-    out = b""
-    deadline = time.monotonic() + 30
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.5)
-            if ready:
-                try:
-                    chunk = os.read(fd, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                out += chunk
-    finally:
-        reap_by = time.monotonic() + 5
-        done, status = os.waitpid(pid, os.WNOHANG)
-        while not done and time.monotonic() < reap_by:
-            time.sleep(0.05)
-            done, status = os.waitpid(pid, os.WNOHANG)
-        if not done:  # still running past the deadline: end it
-            os.kill(pid, 9)
-            _, status = os.waitpid(pid, 0)
-        os.close(fd)
-    assert os.waitstatus_to_exitcode(status) == 0, out[-2000:]
+    code, out = run_in_pty(NSQ + ["stat", "--topic=st", "--channel=c", f"--nsqd-http-address={nsqd_proc.http}",
+                                  "--count=3", "--interval=200ms"],
+                           {"TERM": "xterm-256color", "COLUMNS": "120", "LINES": "30"}, 30)
+    assert code == 0, out[-2000:]
     assert b"\x1b[?1049h" in out  # Textual's alternate screen
     tail = out.rsplit(b"\x1b[?1049l", 1)[-1].decode(errors="replace").replace("\r\n", "\n")
     assert "ingress  egress |   total" in tail

@@ -22,36 +22,28 @@ Entry = tuple[bytes, bytes, int, int, int]
 
 
 class Message:
-    """A message queued in a topic or channel.
+    """A message in flight to a client (queued ones are :data:`Entry` tuples).
 
     Attributes:
         id: 16 ASCII hex bytes (WIRE-FACTS "Message IDs").
         body: payload bytes, shared between the channel copies.
         timestamp: ns since the epoch when nsqd accepted it.
-        attempts: deliveries so far (incremented when sent).
-        defer_ms: ms to hold it back when it reaches a channel (DPUB).
-        client: the client it is in flight to, or None.
-        deadline: monotonic s at which it times out (in flight) or is due
-            (deferred).
+        attempts: deliveries so far, this one included.
+        client: the client it is in flight to, or None once answered.
+        deadline: monotonic s at which it times out.
         delivered: monotonic s of the last delivery (caps TOUCH).
     """
 
-    __slots__ = ("id", "body", "timestamp", "attempts", "defer_ms", "client", "deadline", "delivered")
+    __slots__ = ("id", "body", "timestamp", "attempts", "client", "deadline", "delivered")
 
-    def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0, defer_ms: int = 0) -> None:
+    def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0) -> None:
         self.id = msg_id
         self.body = body
         self.timestamp = timestamp
         self.attempts = attempts
-        self.defer_ms = defer_ms
         self.client = None
         self.deadline = 0.0
         self.delivered = 0.0
-
-    @classmethod
-    def of(cls, e: Entry) -> Message:
-        """The message for a queue entry."""
-        return cls(e[0], e[1], e[2], e[3], e[4])
 
 
 def entry(msg: Message) -> Entry:
