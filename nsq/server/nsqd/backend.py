@@ -35,9 +35,12 @@ class BackendQueue:
     Attributes:
         accepts_overflow: True if :meth:`put` can take messages when memory
             is full; publishers check it to refuse before accepting anything.
+        error: why the last write failed (a full or failing disk), None
+            while writes succeed.
     """
 
     accepts_overflow = True
+    error: str | None = None
 
     def put(self, record: bytes) -> None:
         """Store one encoded message. Raises :class:`BackendFull` if it cannot."""
@@ -129,12 +132,14 @@ class NoDiskBackend(BackendQueue):
         return None
 
 
-def put_overflow(backend: BackendQueue, records: list[bytes], report: Callable[[str], None]) -> int:
+def put_overflow(backend: BackendQueue, records: list[bytes], report: Callable[[str | None], None]) -> int:
     """Write ``records`` to ``backend``; how many were stored.
 
-    A failure (disk full, I/O error) is passed to ``report`` (the daemon's
-    health) when the backend takes overflow at all; the caller keeps the
-    records not stored in memory, so nothing acknowledged is lost.
+    The outcome goes to ``report`` (the daemon's health, as Go's
+    ``SetHealth`` after each backend write): the error text on a failure
+    (disk full, I/O error) when the backend takes overflow at all, None on
+    success. The caller decides what happens to the records not stored:
+    new messages are refused, acknowledged ones stay in memory.
     """
     try:
         backend.put_many(records)
@@ -142,4 +147,5 @@ def put_overflow(backend: BackendQueue, records: list[bytes], report: Callable[[
         if backend.accepts_overflow:
             report(f"failed to write message to backend - {exc}")
         return getattr(exc, "stored", 0)
+    report(None)
     return len(records)

@@ -78,6 +78,8 @@ class Channel:
         self._in_flight_pq: list[tuple[float, int, list[Message]]] = []
         self.deferred: dict[bytes, tuple[float, int, Entry]] = {}
         self._deferred_pq: list[tuple[float, int, Entry]] = []
+        #: ids of deferred messages the deferred log could not record
+        self._unlogged: set[bytes] = set()
         self.paused = False
         self.deleted = False
         #: True while the daemon's timeout scan watches this channel
@@ -109,34 +111,71 @@ class Channel:
 
     # -- putting -------------------------------------------------------------
 
-    def put_messages(self, msgs: list[Entry]) -> None:
+    def put_messages(self, msgs: list[Entry], new: bool = True) -> None:
         """Queue new messages from the topic (entries shared by every channel).
 
         Deferred ones (``defer_ms > 0``) go to the deferred heap; the rest are
         delivered to ready clients at once where possible, and whatever is
         past ``mem_queue_size`` afterwards goes to the backend.
+
+        Args:
+            msgs: the entries.
+            new: True for a publish being answered now. False for messages
+                acknowledged earlier (held by the topic): whatever the
+                backend refuses then stays in memory, past the bound.
+
+        Raises:
+            BackendFull: (``new`` only) the backend (a full or failing
+                disk) or the deferred log refused some of ``msgs``; those
+                are not kept here (the publish must be refused), the others
+                stay. The memory queue never grows past ``mem_queue_size``
+                for them.
         """
-        self.message_count += len(msgs)
         q = self.queue
+        fresh = len(msgs)  # of msgs, how many went to the memory queue
         if any(map(_DEFER_MS, msgs)):
             now = time.monotonic()
+            fresh = 0
             for e in msgs:
                 if e[4]:
-                    self._defer((e[0], e[1], e[2], e[3], 0), now + e[4] / 1000.0)
+                    self._defer((e[0], e[1], e[2], e[3], 0), now + e[4] / 1000.0, refuse=new)
+                    self.message_count += 1
                 else:
                     q.append(e)
+                    fresh += 1
+                    self.message_count += 1
         else:
             q.extend(msgs)
+            self.message_count += fresh
         if q:
             if self._ready and not self.paused:
                 self.pump()
             excess = len(q) - self.mem_queue_size
             if excess > 0 and self.backend.accepts_overflow:
-                overflow = [q.pop() for _ in range(excess)]
-                overflow.reverse()
-                stored = put_overflow(self.backend, encode_entries(overflow), self.nsqd.set_health)
-                if stored < excess:
-                    q.extend(overflow[stored:])  # a failing disk must not lose them
+                # the newest entries (this publish's, at the tail) overflow;
+                # older ones kept in memory while the disk failed are only
+                # retried once it works again (no rewrite per publish)
+                fresh = min(fresh, len(q)) if new else 0
+                if self.backend.error is not None and excess > fresh:
+                    excess = fresh
+                if excess > 0 and (fresh or self.backend.error is None):
+                    self._overflow(excess, fresh)
+
+    def _overflow(self, excess: int, fresh: int) -> None:
+        """Write the last ``excess`` queue entries to the backend; of them the
+        last ``fresh`` are new. New ones the backend refuses are dropped
+        (and :class:`BackendFull` raised), older ones go back to memory."""
+        q = self.queue
+        overflow = [q.pop() for _ in range(excess)]
+        overflow.reverse()
+        stored = put_overflow(self.backend, encode_entries(overflow), self.nsqd.set_health)
+        if stored == excess:
+            return
+        refused = min(excess - stored, fresh)
+        q.extend(overflow[stored:excess - refused])  # acknowledged before: never lost
+        if refused:
+            self.message_count -= refused
+            raise BackendFull(self.backend.error or "failed to write to the backend")
 
     def capacity(self) -> int:
         """Messages this channel can take now without a backend.
@@ -164,22 +203,30 @@ class Channel:
             self._to_backend(msg)
 
     def _to_backend(self, msg: Entry) -> None:
-        try:
-            self.backend.put(encode_message(msg[2], msg[3], msg[0], msg[1]))
-        except BackendFull as exc:
-            # callers check room before accepting a publish; reaching here
-            # means a race with requeues or a failing disk: keep the message
-            # in memory
-            if self.backend.accepts_overflow:
-                self.nsqd.set_health(f"failed to write message to backend - {exc}")
-            self.queue.append(msg)
-        except (OSError, ValueError) as exc:
-            # a disk that fails must not lose the message: keep it in memory
-            # and report the daemon unhealthy (/ping answers NOK, as Go)
-            self.nsqd.set_health(f"failed to write message to backend - {exc}")
+        # an acknowledged message: if the backend refuses it (a full or
+        # failing disk), it stays in memory past the bound rather than being
+        # lost, and /ping reports the error (as Go's SetHealth)
+        if not put_overflow(self.backend, [encode_message(msg[2], msg[3], msg[0], msg[1])], self.nsqd.set_health):
             self.queue.append(msg)
 
-    def _defer(self, e: Entry, due: float, persist: bool = True) -> None:
+    def _defer(self, e: Entry, due: float, persist: bool = True, refuse: bool = False) -> None:
+        """Hold ``e`` until ``due`` (monotonic s), in the deferred log too.
+
+        If the log cannot record it (a full disk): with ``refuse`` (a DPUB)
+        raise :class:`BackendFull` and keep nothing; otherwise (a REQ with a
+        delay: acknowledged already) keep it in memory only and write it to
+        the channel's queue at exit.
+        """
+        if persist and self.deferred_log is not None:
+            due_unix = time.time_ns() + int((due - time.monotonic()) * 1e9)
+            try:
+                self.deferred_log.add(due_unix, e[2], e[3], e[0], e[1])
+            except OSError as exc:
+                reason = f"failed to write deferred message - {exc}"
+                self.nsqd.set_health(reason)
+                if refuse:
+                    raise BackendFull(reason) from None
+                self._unlogged.add(e[0])
         # one tuple, untracked by the cycle collector, is both the heap item
         # and the dict value (the identity check makes removal lazy)
         item = (due, next(_seq), e)
@@ -187,9 +234,6 @@ class Channel:
         heapq.heappush(self._deferred_pq, item)
         if not self.armed:
             self.nsqd.arm_timers(self)
-        if persist and self.deferred_log is not None:
-            due_unix = time.time_ns() + int((due - time.monotonic()) * 1e9)
-            self.deferred_log.add(due_unix, e[2], e[3], e[0], e[1])
 
     def _load_deferred(self) -> None:
         """Re-arm deferred messages found on disk at their original due time."""
@@ -365,6 +409,8 @@ class Channel:
                 del deferred[e[0]]
                 self._enqueue(e)
                 if self.deferred_log is not None:
+                    if self._unlogged:
+                        self._unlogged.discard(e[0])
                     self.deferred_log.remove(e[0])
                 changed = True
         if changed:
@@ -416,6 +462,7 @@ class Channel:
         self._in_flight_pq.clear()
         self.deferred.clear()
         self._deferred_pq.clear()
+        self._unlogged.clear()
         if self.deferred_log is not None:
             self.deferred_log.clear()
         for client in self.clients.values():
@@ -431,11 +478,15 @@ class Channel:
         if self.deferred_log is None:
             # as Go: deferred messages go to the disk queue (losing their delay)
             msgs += [item[2] for item in sorted(self.deferred.values())]
-        # else they are already in the deferred log, with their due times
+        elif self._unlogged:
+            # the rest are in the deferred log with their due times; these
+            # could not be recorded there (a full disk)
+            msgs += [item[2] for item in sorted(self.deferred.values()) if item[2][0] in self._unlogged]
+            self._unlogged.clear()
         if msgs and self.backend.accepts_overflow and not self.ephemeral:
             log.info("CHANNEL(%s): flushing %d memory %d in-flight %d deferred messages to backend",
                      self.name, len(self.queue), len(self.in_flight), len(self.deferred))
-            self.backend.put_many(encode_entries(msgs))
+            self.nsqd.write_at_exit(self.backend, encode_entries(msgs), f"CHANNEL({self.topic.name}:{self.name})")
         self.queue.clear()
         self.in_flight.clear()
         self.deferred.clear()

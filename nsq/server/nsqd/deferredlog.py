@@ -20,12 +20,20 @@ mid-write) is cut off with a log line. Sync follows ``--sync-every`` and the
 daemon's ``--sync-timeout`` timer, like the disk queue: inline fsync with
 ``--sync-every=1``, else in the disk thread.
 
+Faults: an append that fails (a full disk) is cut back to the last whole
+record and raises, so the file never holds a torn record in its middle; the
+caller refuses a DPUB, or keeps a requeued message in memory and writes it
+to the channel's queue at exit. A REMOVE that cannot be written only means
+the message may be delivered once more after a restart. A compaction that
+cannot write its temp file keeps the old file.
+
 Go nsqd ignores this file; moving a data dir back to Go loses only the
 pending deferred messages.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
@@ -72,6 +80,7 @@ class DeferredLog:
         self._writes_since_sync = 0
         self._dirty = False
         self._fd: int | None = None
+        self._size = 0  # bytes of whole records in the file
         self._closed = False
         self._load()
         self._compact()
@@ -79,21 +88,30 @@ class DeferredLog:
     # -- public --------------------------------------------------------------------
 
     def add(self, due_unix_ns: int, ts: int, attempts: int, msg_id: bytes, body: bytes) -> None:
-        """Record a deferred message due at ``due_unix_ns`` (ns since the epoch)."""
+        """Record a deferred message due at ``due_unix_ns`` (ns since the epoch).
+
+        Raises:
+            OSError: the record could not be written (nothing was recorded).
+        """
         if self._closed:
             return
         payload = _DUE.pack(due_unix_ns) + _MSG_HDR.pack(ts, attempts) + msg_id + body
+        self._append(_ADD, payload)
         if msg_id in self.pending:
             self._dead += 1
         self.pending[msg_id] = (due_unix_ns, ts, attempts, body)
-        self._append(_ADD, payload)
 
     def remove(self, msg_id: bytes) -> None:
         """Record that a deferred message was released (or dropped)."""
         if self._closed or self.pending.pop(msg_id, None) is None:
             return
         self._dead += 2  # its ADD and this REMOVE
-        self._append(_REMOVE, msg_id)
+        try:
+            self._append(_REMOVE, msg_id)
+        except OSError as exc:
+            # the ADD stays: after a restart the message is delivered again
+            log.error("DEFERRED(%s): failed to record a release - %s", self.name, exc)
+            return
         if self._dead > 1024 and self._dead > 4 * len(self.pending):
             self._compact()
 
@@ -144,11 +162,14 @@ class DeferredLog:
         return self.background(work)
 
     def close(self) -> None:
-        """Sync and close; pending messages stay in the file for the next start."""
+        """Sync and close; pending messages stay in the file for the next
+        start. Never raises (a failed sync is logged)."""
         if self._closed:
             return
         try:
             self.sync()
+        except OSError as exc:
+            log.error("DEFERRED(%s): failed to sync at close - %s", self.name, exc)
         finally:
             self._closed = True
             if self._fd is not None:
@@ -169,8 +190,21 @@ class DeferredLog:
     # -- internals -----------------------------------------------------------------
 
     def _append(self, kind: int, payload: bytes) -> None:
-        assert self._fd is not None
-        os.write(self._fd, _HDR.pack(len(payload) + 1, kind) + payload)
+        if self._fd is None:
+            raise OSError(errno.EIO, f"{self.path} is not open")
+        record = _HDR.pack(len(payload) + 1, kind) + payload
+        view = memoryview(record)
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError:
+            if len(view) != len(record):
+                try:  # never leave a torn record for later appends to follow
+                    os.ftruncate(self._fd, self._size)
+                except OSError as exc:
+                    log.error("DEFERRED(%s): failed to cut a torn record - %s", self.name, exc)
+            raise
+        self._size += len(record)
         self._dirty = True
         self._writes_since_sync += 1
         if self._writes_since_sync >= self.sync_every:
@@ -205,28 +239,49 @@ class DeferredLog:
             else:
                 break
             pos += 4 + size
+        self._size = pos
         if pos < end:
             log.error("DEFERRED(%s): %s has a torn or corrupt record at %d of %d bytes; "
                       "keeping the %d messages before it", self.name, self.path, pos, end, len(self.pending))
 
     def _compact(self) -> None:
-        """Rewrite the file with only the pending entries, atomically."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Rewrite the file with only the pending entries, atomically.
+
+        If the temp file cannot be written (a full disk), the old file stays
+        and appends go on after it.
+        """
         parts = []
         for msg_id, (due, ts, attempts, body) in self.pending.items():
             payload = _DUE.pack(due) + _MSG_HDR.pack(ts, attempts) + msg_id + body
             parts.append(_HDR.pack(len(payload) + 1, _ADD) + payload)
+        data = b"".join(parts)
         tmp = f"{self.path}.{random.getrandbits(62)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.write(fd, b"".join(parts))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            log.error("DEFERRED(%s): failed to compact %s, appending to it - %s", self.name, self.path, exc)
+            if self._fd is None:
+                # _size is where the whole records loaded at start end
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                if os.fstat(self._fd).st_size > self._size:
+                    os.ftruncate(self._fd, self._size)  # shrinking needs no space
+            return
+        if self._fd is not None:
+            os.close(self._fd)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._size = len(data)
         self._dead = 0
         self._dirty = False
         self._writes_since_sync = 0

@@ -24,7 +24,17 @@ attempts, 16-byte id, body), so ``min_msg_size`` is 26. A size outside
 The metadata file is ``"%d\\n%d,%d\\n%d,%d\\n"`` of depth, read file number,
 read position, write file number, write position, e.g. ``"2\\n0,34\\n0,102\\n"``.
 It is written to ``<meta>.<random>.tmp`` in the same directory, fsynced and
-renamed over the old one.
+renamed over the old one. When that temp file cannot be written (a full disk:
+``ENOSPC``, ``EDQUOT``), the meta file is rewritten in place instead: it is
+under 100 bytes, so it fits the block it already has. A torn in-place write
+(a crash in the middle) is caught at the next start, which then rebuilds the
+state by scanning the data files.
+
+Faults. A failed write leaves the queue state as it was (the caller refuses
+the publish) and sets :attr:`DiskQueue.error` until a write succeeds again.
+After a failed fsync the pages written since the last good one may be gone
+although the file looks whole, so the next write starts a new data file:
+records acknowledged later never sit behind a damaged stretch.
 
 Rules. go-diskqueue changed its roll rule around the time of nsqd 1.2.1:
 
@@ -64,6 +74,7 @@ answers OK. ``sync_timeout`` is only stored; the owner runs the timer.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
@@ -82,6 +93,35 @@ logger = logging.getLogger("nsq.nsqd")
 _SIZE = struct.Struct(">i")
 _READ_CHUNK = 1 << 20  # read ahead this much per syscall
 _META_RE = re.compile(rb"\A(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n")
+#: errors of a disk with no room left (a new file cannot be written)
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _strerror(e: OSError) -> str:
+    """``e``'s text as Go prints an errno (``no space left on device``)."""
+    text = e.strerror or str(e)
+    return text[:1].lower() + text[1:]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``write`` until all of ``data`` is written at the fd's position.
+
+    Raises:
+        OSError: the write failed (``ENOSPC``, ``EIO`` ...).
+    """
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.EIO, "short write")
+        view = view[n:]
 
 
 class DiskQueue(BackendQueue):
@@ -120,6 +160,9 @@ class DiskQueue(BackendQueue):
         #: instead of an inline sync; the owner must sync before answering OK
         self.strict_hook: Callable[[DiskQueue], None] | None = None
         self._bg_failed = False
+        #: why the last write failed (None once a write succeeds again)
+        self.error: str | None = None
+        self._roll_next = False  # an fsync failed: start a new file at the next write
         self._meta_lock = threading.Lock()
         self._meta_gen = 0  # snapshots taken
         self._meta_written_gen = 0  # newest snapshot on disk
@@ -196,6 +239,8 @@ class DiskQueue(BackendQueue):
         n = len(records)
         limit = self.max_bytes_per_file
         done = 0
+        if self._roll_next and self.write_pos > 0:
+            self._roll_write_file()
         while done < n:
             # go-diskqueue v1.1.0: roll before a write that would pass the limit
             if self.write_pos > 0 and self.write_pos + 4 + sizes[done] > limit:
@@ -219,7 +264,9 @@ class DiskQueue(BackendQueue):
             except OSError as e:
                 logger.error("DISKQUEUE(%s) failed to write %s at %d - %s",
                              self.name, self._file_name(self.write_file_num), self.write_pos, e)
-                exc = BackendFull(f"DISKQUEUE({self.name}) write failed: {e}")
+                # Go's text: "write <file>: no space left on device"
+                self.error = f"write {self._file_name(self.write_file_num)}: {_strerror(e)}"
+                exc = BackendFull(self.error)
                 exc.stored = done
                 raise exc from e
             self.write_pos += len(data)
@@ -227,6 +274,7 @@ class DiskQueue(BackendQueue):
             self._dirty = True
             self._writes_since_sync += end - done
             done = end
+        self.error = None
         self._after_write()
 
     def read(self) -> bytes | None:
@@ -307,7 +355,11 @@ class DiskQueue(BackendQueue):
         if self._closed:
             return
         if self._wfd is not None:
-            os.fsync(self._wfd)
+            try:
+                os.fsync(self._wfd)
+            except OSError:
+                self._roll_next = True
+                raise
         self._meta_gen += 1
         gen = self._meta_gen
         with self._meta_lock:
@@ -347,7 +399,11 @@ class DiskQueue(BackendQueue):
         """Runs in the disk thread: fsync a dup of the write fd, then the meta."""
         try:
             if fd is not None:
-                os.fsync(fd)
+                try:
+                    os.fsync(fd)
+                except OSError:
+                    self._roll_next = True
+                    raise
             with self._meta_lock:
                 if gen > self._meta_written_gen and not self._closed:
                     self._write_meta(text)
@@ -372,7 +428,8 @@ class DiskQueue(BackendQueue):
         self.sync()
 
     def close(self) -> None:
-        """Sync and release the files. Idempotent.
+        """Sync and release the files. Idempotent; never raises (a failed
+        sync is logged).
 
         A queue unchanged since its last meta write (or since it was opened)
         is not synced again: an nsqd with 10,000 idle topics would otherwise
@@ -383,6 +440,10 @@ class DiskQueue(BackendQueue):
         try:
             if self.needs_sync or self._meta_written_gen != self._meta_gen:
                 self.sync()
+        except OSError as e:
+            # a failing disk at shutdown: what was written stays; the meta
+            # file keeps its last good state (a restart re-reads from there)
+            logger.error("DISKQUEUE(%s) failed to sync at close - %s", self.name, e)
         finally:
             self._close_read_file()
             self._close_write_file()
@@ -487,6 +548,7 @@ class DiskQueue(BackendQueue):
         self._remove(self._file_name(old))
 
     def _roll_write_file(self) -> None:
+        self._roll_next = False
         old_num, old_pos = self.write_file_num, self.write_pos
         if self._wfd is not None:
             try:
@@ -586,20 +648,22 @@ class DiskQueue(BackendQueue):
 
     def _write_meta(self, text: bytes) -> None:
         tmp = f"{self._meta_path}.{random.getrandbits(62)}.tmp"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                os.write(fd, text)
+                _write_all(fd, text)
                 os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, self._meta_path)
-        except BaseException:
+        except OSError as e:
             try:
                 os.remove(tmp)
             except OSError:
                 pass
-            raise
+            if e.errno not in _NO_SPACE or not self._write_meta_in_place(text):
+                raise
+            return
         try:  # make the rename durable
             dfd = os.open(self.data_path, os.O_RDONLY)
             try:
@@ -609,12 +673,35 @@ class DiskQueue(BackendQueue):
         except OSError:
             pass
 
+    def _write_meta_in_place(self, text: bytes) -> bool:
+        """Overwrite the existing meta file (no new blocks needed); False if
+        there is none or it fails too."""
+        try:
+            fd = os.open(self._meta_path, os.O_WRONLY)
+        except OSError:
+            return False
+        try:
+            _write_all(fd, text)
+            os.ftruncate(fd, len(text))
+            os.fsync(fd)
+        except OSError as e:
+            logger.error("DISKQUEUE(%s) failed to write meta data in place - %s", self.name, e)
+            return False
+        finally:
+            os.close(fd)
+        return True
+
     def _retrieve_meta(self) -> None:
         try:
             with open(self._meta_path, "rb") as f:
                 raw = f.read(4096)
         except FileNotFoundError:
-            return  # a new queue: empty, file 0 position 0
+            # a new queue (empty, file 0 position 0), unless data files exist:
+            # a meta file never written (a full disk) must not hide them
+            if any(map(self._data_re.fullmatch, _listdir(self.data_path))):
+                logger.error("DISKQUEUE(%s) has data files but no meta data file", self.name)
+                self._recover_from_files()
+            return
         except OSError as e:
             logger.error("DISKQUEUE(%s) failed to retrieveMetaData - %s", self.name, e)
             self._recover_from_files()
@@ -636,10 +723,7 @@ class DiskQueue(BackendQueue):
         consumed there are delivered again) and appends after the last
         complete record of the highest-numbered one.
         """
-        try:
-            names = os.listdir(self.data_path)
-        except OSError:
-            names = []
+        names = _listdir(self.data_path)
         nums = sorted(int(m.group(1)) for m in map(self._data_re.fullmatch, names) if m)
         if not nums:
             logger.warning("DISKQUEUE(%s) no data files, starting empty", self.name)

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import random
+import re
 from typing import TYPE_CHECKING, Any
 
 from nsq import NSQ_VERSION
@@ -22,7 +23,7 @@ from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
 if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD
 
-__all__ = ["METADATA_FILE", "dump_metadata", "write_metadata", "read_metadata"]
+__all__ = ["METADATA_FILE", "dump_metadata", "write_metadata", "read_metadata", "orphan_queues"]
 
 log = logging.getLogger("nsq.nsqd")
 
@@ -46,18 +47,28 @@ def write_metadata(data_path: str, meta: dict[str, Any]) -> None:
     """Atomically write ``meta`` to ``<data_path>/nsqd.dat``.
 
     Raises:
-        OSError: the file cannot be written.
+        OSError: the file cannot be written (the old one is left as it was).
     """
     path = os.path.join(data_path, METADATA_FILE)
     tmp = f"{path}.{random.getrandbits(63)}.tmp"
     data = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        # a full disk: the old file stays whole, no temp file is left behind
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def read_metadata(data_path: str) -> list[dict[str, Any]]:
@@ -94,3 +105,45 @@ def read_metadata(data_path: str) -> list[dict[str, Any]]:
             channels.append({"name": cname, "paused": bool(c.get("paused"))})
         out.append({"name": name, "paused": bool(t.get("paused")), "channels": channels})
     return out
+
+
+_QUEUE_FILE = re.compile(r"(?P<name>.+?)\.(?:diskqueue\.(?:meta|\d{6,})|deferred)\.dat")
+
+
+def orphan_queues(data_path: str, known: set[str]) -> list[str]:
+    """Queues in ``data_path`` that hold messages but are not in ``known``.
+
+    A topic or channel created while the disk was full may have a disk
+    queue or deferred log but no entry in ``nsqd.dat`` (which could not be
+    rewritten). nsqd recreates them at start so their messages are not left
+    behind unseen (Go nsqd would ignore the files).
+
+    Args:
+        data_path: the ``--data-path`` directory.
+        known: names from ``nsqd.dat``: ``topic`` and ``topic:channel``.
+
+    Returns:
+        Queue names (``topic`` or ``topic:channel``, valid NSQ names only),
+        topics before channels, each with a non-empty data or deferred file.
+    """
+    try:
+        names = os.listdir(data_path)
+    except OSError:
+        return []
+    found: set[str] = set()
+    for fn in names:
+        m = _QUEUE_FILE.fullmatch(fn)
+        if m is None or m.group("name") in known or m.group("name") in found:
+            continue
+        if fn.endswith(".meta.dat"):
+            continue  # the data files say whether there are messages
+        try:
+            if os.path.getsize(os.path.join(data_path, fn)) == 0:
+                continue
+        except OSError:
+            continue
+        name = m.group("name")
+        topic, _, channel = name.partition(":")
+        if is_valid_topic_name(topic) and (not channel or is_valid_channel_name(channel)):
+            found.add(name)
+    return sorted(found, key=lambda n: (":" in n, n))

@@ -91,6 +91,7 @@ class NSQD:
         self.data_path = self.options.data_path
         self._disk_queues: set = set()
         self._loading = False
+        self._metadata_failed = False  # nsqd.dat could not be written: retry
         self._dir_lock: int | None = None
         self._disk_thread = None
         self._strict: set = set()
@@ -133,6 +134,7 @@ class NSQD:
             from concurrent.futures import ThreadPoolExecutor
 
             self._lock_data_path()
+            self._make_reserve()
             # one thread for every fsync, so the event loop never waits on the disk
             self._disk_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsqd-disk")
             self._load_metadata()
@@ -249,6 +251,8 @@ class NSQD:
                 topic.close(delete=False)
             except Exception:
                 log.exception("TOPIC(%s): failed to close cleanly", topic.name)
+        if self._metadata_failed and self.release_reserve():
+            self.persist_metadata()
         self._disk_queues.clear()
         if self._disk_thread is not None:
             self._disk_thread.shutdown(wait=True)
@@ -505,21 +509,41 @@ class NSQD:
         try:
             write_metadata(self.data_path, dump_metadata(self))
         except OSError as exc:
-            log.error("failed to persist metadata - %s", exc)
+            # the old file stays; the scan retries every --sync-timeout, and
+            # a start finds queues missing from it (metadata.orphan_queues)
+            if not self._metadata_failed:
+                log.error("failed to persist metadata - %s", exc)
+            self._metadata_failed = True
+            return
+        if self._metadata_failed:
+            log.info("metadata persisted again")
+            self._metadata_failed = False
 
     def _load_metadata(self) -> None:
-        from nsq.server.nsqd.metadata import read_metadata
+        from nsq.server.nsqd.metadata import orphan_queues, read_metadata
 
         self._loading = True
+        known: set[str] = set()
         try:
             for t in read_metadata(self.data_path):
                 topic = self.get_topic(t["name"])
                 topic.paused = t["paused"]
+                known.add(topic.name)
                 for c in t["channels"]:
                     channel = topic.get_channel(c["name"])
                     channel.paused = c["paused"]
+                    known.add(f"{topic.name}:{channel.name}")
+            orphans = orphan_queues(self.data_path, known)
+            for name in orphans:
+                log.warning("QUEUE(%s): has messages on disk but is not in nsqd.dat, restoring it", name)
+                topic_name, _, channel_name = name.partition(":")
+                topic = self.get_topic(topic_name)
+                if channel_name:
+                    topic.get_channel(channel_name)
         finally:
             self._loading = False
+        if orphans:
+            self._metadata_failed = True  # written at the first scan
         for topic in self.topics.values():
             topic.flush_held()
 
@@ -536,6 +560,11 @@ class NSQD:
         """Run ``callback`` on the next loop turn (or now without a loop)."""
         if self._loop is not None and not self.exiting:
             self._loop.call_soon(callback)
+
+    def call_later(self, delay: float, callback) -> None:
+        """Run ``callback`` after ``delay`` s (nothing once exiting)."""
+        if self._loop is not None and not self.exiting:
+            self._loop.call_later(delay, callback)
 
     # -- clients -----------------------------------------------------------------
 
@@ -587,6 +616,8 @@ class NSQD:
             if now >= next_sync:
                 next_sync = now + self.options.sync_timeout
                 self._sync_disk_queues()
+                if self._metadata_failed:
+                    self.persist_metadata()
 
     def _sync_disk_queues(self) -> None:
         """fsync every disk queue written since its last sync (--sync-timeout)."""
@@ -596,6 +627,68 @@ class NSQD:
                     dq.sync_in_background()
                 except OSError as exc:
                     self.set_health(f"failed to sync disk queue - {exc}")
+
+    # -- the exit reserve --------------------------------------------------------
+
+    #: bytes set aside in the data path (at most 1/8 of the free space) for
+    #: what must be written at exit when the disk has filled up
+    RESERVE_BYTES = 4 << 20
+    RESERVE_FILE = "nsqd.reserve"
+
+    def _make_reserve(self) -> None:
+        """Create ``nsqd.reserve`` (zeros, real blocks) unless it exists.
+
+        At exit on a full disk it is deleted to make room for the messages
+        held in memory (in flight, requeued) and for ``nsqd.dat``.
+        """
+        path = os.path.join(self.data_path, self.RESERVE_FILE)
+        try:
+            if os.path.exists(path):
+                return
+            st = os.statvfs(self.data_path)
+            size = min(self.RESERVE_BYTES, st.f_bavail * st.f_frsize // 8)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                chunk = bytes(1 << 16)
+                done = 0
+                while done < size:
+                    done += os.write(fd, chunk[:size - done])
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.warning("failed to create %s - %s", path, exc)
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+
+    def release_reserve(self) -> bool:
+        """Delete ``nsqd.reserve`` to make room on a full disk; True if it existed."""
+        if not self.data_path:
+            return False
+        path = os.path.join(self.data_path, self.RESERVE_FILE)
+        try:
+            os.remove(path)
+        except OSError:
+            return False
+        log.warning("disk full: released %s to write what is in memory", path)
+        return True
+
+    def write_at_exit(self, backend: BackendQueue, records: list[bytes], subject: str) -> None:
+        """Write ``records`` (messages held in memory) to ``backend`` at exit.
+
+        On a full disk the reserve is released and the write retried; what
+        still cannot be written is logged with its count. Never raises.
+        """
+        from nsq.server.nsqd.backend import put_overflow
+
+        stored = put_overflow(backend, records, self.set_health)
+        if stored < len(records) and self.release_reserve():
+            stored += put_overflow(backend, records[stored:], self.set_health)
+        if stored < len(records):
+            log.error("%s: %d messages could not be written at exit - %s",
+                      subject, len(records) - stored, backend.error or "write failed")
 
     # -- data path lock ----------------------------------------------------------
 

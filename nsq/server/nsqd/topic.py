@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from nsq.protocol.errors import ProtocolError
 from nsq.protocol.message import IDFactory, decode_message
 from nsq.protocol.names import is_ephemeral
-from nsq.server.nsqd.backend import BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
+from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
 from nsq.server.nsqd.channel import Channel
 from nsq.server.nsqd.message import Entry, encode_entries
 
@@ -87,8 +87,13 @@ class Topic:
     def publish(self, bodies: list[bytes], defer_ms: int = 0) -> None:
         """Accept new messages (PUB, MPUB, DPUB, /pub, /mpub).
 
-        All or none: if a durable topic or channel cannot hold them (memory
-        full and no backend that takes overflow) nothing is queued.
+        If a durable topic or channel cannot hold them (memory full and no
+        backend that takes overflow) nothing is queued. If a disk write
+        fails (a full or failing disk), the publish is refused too: the
+        messages that could not be written are not kept, so memory stays
+        within ``--mem-queue-size`` (channels already written keep their
+        copy: a refused publish may still be delivered, an acknowledged one
+        is never lost).
 
         Raises:
             TopicFull: refused; the caller answers ``E_PUB_FAILED`` (or the
@@ -117,10 +122,13 @@ class Topic:
         elif not self.backend.accepts_overflow and len(self.queue) + n > self.mem_queue_size:
             raise TopicFull("topic memory queue full (--mem-queue-size)")
 
-    def _distribute(self, msgs: list[Entry]) -> None:
+    def _distribute(self, msgs: list[Entry], new: bool = True) -> None:
         # entries are immutable: every channel shares them
         for channel in list(self.channels.values()):
-            channel.put_messages(msgs)
+            try:
+                channel.put_messages(msgs, new)
+            except BackendFull as exc:
+                raise TopicFull(str(exc)) from None
 
     def _hold(self, msgs: list[Entry]) -> None:
         q = self.queue
@@ -133,10 +141,14 @@ class Topic:
             msgs = msgs[room:]
         stored = put_overflow(self.backend, encode_entries(msgs), self.nsqd.set_health)
         if stored < len(msgs):
-            q.extend(msgs[stored:])  # never lose an accepted message
+            # new messages the disk refused: not kept, the publish is refused
+            self.message_count -= len(msgs) - stored
+            raise TopicFull(self.backend.error or "failed to write to the backend")
 
     #: messages moved from the topic's backend to its channels per loop turn
     DRAIN_CHUNK = 4096
+    #: s between tries to drain the backend while a channel's disk fails
+    RETRY_DRAIN = 1.0
 
     def flush_held(self) -> None:
         """Move messages held in the topic (memory, then backend) to its channels.
@@ -149,8 +161,13 @@ class Topic:
         if self.queue:
             msgs = list(self.queue)
             self.queue.clear()
-            self._distribute(msgs)
+            self._distribute(msgs, new=False)
         if self.backend.depth:
+            if any(c.backend.error is not None for c in self.channels.values()):
+                # a channel's disk refuses writes: moving the topic's backlog
+                # would only pile it up in that channel's memory; retry later
+                self.nsqd.call_later(self.RETRY_DRAIN, self.flush_held)
+                return
             msgs = []
             for record in self.backend.read_many(self.DRAIN_CHUNK):
                 try:
@@ -160,7 +177,7 @@ class Topic:
                     continue
                 msgs.append((m.id, m.body, m.timestamp, m.attempts, 0))
             if msgs:
-                self._distribute(msgs)
+                self._distribute(msgs, new=False)
             if self.backend.depth:
                 self.nsqd.call_soon(self.flush_held)
 
@@ -213,7 +230,10 @@ class Topic:
         self.deleted = True
         self.nsqd.forget_backend(self.backend)
         for channel in list(self.channels.values()):
-            channel.close(delete)
+            try:
+                channel.close(delete)
+            except Exception:  # one channel's failing disk must not keep the others open
+                log.exception("CHANNEL(%s:%s): failed to close cleanly", self.name, channel.name)
         if delete:
             self.channels.clear()
             self.queue.clear()
@@ -222,7 +242,7 @@ class Topic:
         try:
             if self.queue and self.backend.accepts_overflow and not self.ephemeral:
                 log.info("TOPIC(%s): flushing %d memory messages to backend", self.name, len(self.queue))
-                self.backend.put_many(encode_entries(list(self.queue)))
+                self.nsqd.write_at_exit(self.backend, encode_entries(list(self.queue)), f"TOPIC({self.name})")
             self.queue.clear()
         finally:
             self.backend.close()
