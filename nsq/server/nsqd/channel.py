@@ -76,6 +76,8 @@ class Channel:
         self._ready: dict[ClientV2, None] = {}
         self.in_flight: dict[bytes, Message] = {}
         self._in_flight_pq: list[tuple[float, int, list[Message]]] = []
+        self._pq_refs = 0  # message references in _in_flight_pq (live or not)
+        self._pq_limit = self.PQ_SLACK
         self.deferred: dict[bytes, tuple[float, int, Entry]] = {}
         self._deferred_pq: list[tuple[float, int, Entry]] = []
         #: ids of deferred messages the deferred log could not record
@@ -283,7 +285,7 @@ class Channel:
                 if n > 0:
                     batch = [q.popleft() for _ in range(n)]
                     self._send(client, batch, now)
-                if client.in_flight_count >= client.ready_count or client.closing:
+                if client.in_flight_count >= client.ready_count or client.closing or client.write_paused:
                     del ready[client]
                 elif n > 0:
                     # rotate: the next pump starts with another ready client,
@@ -323,13 +325,42 @@ class Channel:
             in_flight[msg.id] = msg
             append(msg)
         heapq.heappush(self._in_flight_pq, (deadline, next(_seq), batch))
+        self._pq_refs += len(batch)
+        if self._pq_refs > self._pq_limit:
+            self._compact_in_flight()
         if not self.armed:
             self.nsqd.arm_timers(self)
         client.send_messages(batch)
 
+    #: the in-flight heap is rebuilt when it holds this many more message
+    #: references than twice the messages in flight
+    PQ_SLACK = 4096
+
+    def _compact_in_flight(self) -> None:
+        """Rebuild the in-flight heap from :attr:`in_flight` alone.
+
+        FIN/REQ remove a message from ``in_flight`` but leave its heap entry
+        (lazy removal); without this, every finished message and its body
+        would stay in memory until its deadline (``--msg-timeout``). Messages
+        sent together keep sharing one entry. Amortised O(1) per message:
+        it runs once the stale references outnumber the live ones.
+        """
+        by_deadline: dict[float, list[Message]] = {}
+        for msg in self.in_flight.values():
+            batch = by_deadline.get(msg.deadline)
+            if batch is None:
+                by_deadline[msg.deadline] = [msg]
+            else:
+                batch.append(msg)
+        pq = [(deadline, next(_seq), batch) for deadline, batch in by_deadline.items()]
+        heapq.heapify(pq)
+        self._in_flight_pq = pq
+        self._pq_refs = len(self.in_flight)
+        self._pq_limit = 2 * self._pq_refs + self.PQ_SLACK
+
     def client_ready(self, client: ClientV2) -> None:
         """Called when a client's RDY allows more messages."""
-        if client.in_flight_count < client.ready_count and not client.closing:
+        if client.in_flight_count < client.ready_count and not client.closing and not client.write_paused:
             self._ready[client] = None
             if (self.queue or self.backend.depth) and not self.paused:
                 self.pump()
@@ -378,6 +409,9 @@ class Channel:
             deadline = cap  # as Go: never past delivery + --max-msg-timeout
         msg.deadline = deadline
         heapq.heappush(self._in_flight_pq, (deadline, next(_seq), [msg]))
+        self._pq_refs += 1
+        if self._pq_refs > self._pq_limit:
+            self._compact_in_flight()
         if not self.armed:
             self.nsqd.arm_timers(self)
 
@@ -390,6 +424,7 @@ class Channel:
         in_flight = self.in_flight
         while pq and pq[0][0] <= now:
             _, _, batch = heapq.heappop(pq)
+            self._pq_refs -= len(batch)
             for msg in batch:
                 if in_flight.get(msg.id) is msg and msg.deadline <= now:
                     del in_flight[msg.id]
@@ -460,6 +495,7 @@ class Channel:
             client.in_flight_count = 0
         self.in_flight.clear()
         self._in_flight_pq.clear()
+        self._pq_refs = 0
         self.deferred.clear()
         self._deferred_pq.clear()
         self._unlogged.clear()

@@ -148,6 +148,9 @@ class ClientV2(asyncio.Protocol):
         self._lost = False
         self.last_recv = 0.0
         self._freed = False
+        #: the transport's buffer is above its high-water mark: no reading,
+        #: no new messages until it drains (Go blocks this client's IO loop)
+        self.write_paused = False
         self._waiting: asyncio.Future | None = None
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
@@ -249,6 +252,28 @@ class ClientV2(asyncio.Protocol):
                 self.channel.client_ready(self)
         self._mark_dirty()
 
+    def pause_writing(self) -> None:
+        """The peer does not read fast enough (transport above its high-water
+        mark): stop reading its commands and stop sending it messages."""
+        self.write_paused = True
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        if self.channel is not None:
+            self.channel.client_ready(self)  # drops it from the ready set
+
+    def resume_writing(self) -> None:
+        """The transport drained below its low-water mark: go on."""
+        self.write_paused = False
+        if self.closed:
+            return
+        self._resume_reading()
+        if self.channel is not None and self.in_flight_count < self.ready_count:
+            self.channel.client_ready(self)
+
+    def _resume_reading(self) -> None:
+        if self.transport is not None and self._waiting is None and not self.write_paused and not self.closed:
+            self.transport.resume_reading()
+
     def _wait_for(self, barrier: asyncio.Future) -> None:
         self._waiting = barrier
         if self.transport is not None:
@@ -274,8 +299,7 @@ class ClientV2(asyncio.Protocol):
                 self._client_error(exc)
             if self.closed:
                 return
-            if self.transport is not None:
-                self.transport.resume_reading()
+            self._resume_reading()
             self._mark_dirty()
             self._process()
 
@@ -292,8 +316,7 @@ class ClientV2(asyncio.Protocol):
             self.out = bytearray()
             self._client_error(ClientError(E_PUB_FAILED, "PUB failed sync to disk failed"))
             return
-        if self.transport is not None:
-            self.transport.resume_reading()
+        self._resume_reading()
         self._mark_dirty()
         self._process()
 
@@ -304,9 +327,20 @@ class ClientV2(asyncio.Protocol):
         self.closed = True
         if self._heartbeat_handle is not None:
             self._heartbeat_handle.cancel()
+            self._heartbeat_handle = None
         if self.channel is not None:
             self.channel.remove_client(self)
         self.nsqd.remove_client(self)
+        # what a closed client still holds goes now, even if something (an
+        # in-flight message until its timeout) keeps the object alive
+        self.out = bytearray()
+        self.parser = v2.V2ServerParser(self.nsqd.limits)
+        self._codec = None
+        self._retry = None
+        # no reference cycles left (bound handlers, transport <-> protocol):
+        # the object goes by reference counting, not at the next full GC
+        self._handlers = {}
+        self.transport = None
         log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote_address)
 
     # -- output ----------------------------------------------------------------
