@@ -198,11 +198,10 @@ class DeferredLog:
             while view:
                 view = view[os.write(self._fd, view):]
         except OSError:
-            if len(view) != len(record):
-                try:  # never leave a torn record for later appends to follow
-                    os.ftruncate(self._fd, self._size)
-                except OSError as exc:
-                    log.error("DEFERRED(%s): failed to cut a torn record - %s", self.name, exc)
+            try:  # never leave a torn record for later appends to follow
+                os.ftruncate(self._fd, self._size)
+            except OSError as exc:
+                log.error("DEFERRED(%s): failed to cut a torn record - %s", self.name, exc)
             raise
         self._size += len(record)
         self._dirty = True

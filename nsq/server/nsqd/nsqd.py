@@ -543,7 +543,7 @@ class NSQD:
         finally:
             self._loading = False
         if orphans:
-            self._metadata_failed = True  # written at the first scan
+            self.persist_metadata_soon()
         for topic in self.topics.values():
             topic.flush_held()
 
