@@ -11,6 +11,7 @@ Two layers of faults:
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import os
@@ -409,3 +410,26 @@ async def test_queue_missing_from_nsqd_dat_is_restored(make_nsqd, tmp_path):
             return [t["name"] for t in json.load(f)["topics"]] == ["t"]
 
     await wait_for(persisted, timeout=3)
+
+
+async def test_injected_ping_recovers_without_a_publish(make_nsqd, tmp_path, monkeypatch):
+    """With room in memory no publish writes to disk; /ping must still come
+    back to OK once the data path takes writes (the scan probes it)."""
+    disk = DiskFull(monkeypatch, match=str(tmp_path))
+    d = await make_nsqd(data_path=str(tmp_path), mem_queue_size=1, sync_timeout=0.2)
+    d.get_topic("t").get_channel("c")
+    conn = await Conn.open(d.tcp_port)
+    await conn.publish("t", b"in memory")
+    disk.on = True
+    conn = await Conn.open(d.tcp_port)
+    await conn.send(b"PUB t\n", (1).to_bytes(4, "big"), b"x")
+    assert (await conn.expect_error()).startswith(b"E_PUB_FAILED")
+    await asyncio.sleep(0.5)
+    assert d.health.startswith("failed to write message to backend")  # the probe fails too
+    disk.on = False
+
+    async def healthy() -> bool:
+        return d.health == "OK"
+
+    await wait_for(healthy, timeout=2)
+    assert os.path.exists(tmp_path / "nsqd.reserve") and not os.path.exists(tmp_path / "nsqd.probe")

@@ -618,6 +618,8 @@ class NSQD:
                 self._sync_disk_queues()
                 if self._metadata_failed:
                     self.persist_metadata()
+                if self.health != "OK" and self.data_path:
+                    self._probe_disk()
 
     def _sync_disk_queues(self) -> None:
         """fsync every disk queue written since its last sync (--sync-timeout)."""
@@ -657,11 +659,42 @@ class NSQD:
             finally:
                 os.close(fd)
         except OSError as exc:
-            log.warning("failed to create %s - %s", path, exc)
+            if self.health == "OK":
+                log.warning("failed to create %s - %s", path, exc)
             try:
                 os.remove(path)
             except OSError:
                 pass
+
+    #: bytes written (then deleted) to test whether the data path takes writes
+    PROBE_BYTES = 64 << 10
+
+    def _probe_disk(self) -> None:
+        """While unhealthy: if the data path takes a write again, report OK
+        (so /ping recovers even when no publish needs the disk; the queues
+        retry their writes at the next one) and make the reserve whole."""
+        path = os.path.join(self.data_path, "nsqd.probe")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                if os.write(fd, bytes(self.PROBE_BYTES)) < self.PROBE_BYTES:
+                    return  # nearly full
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            return
+        finally:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+        self._make_reserve()
+        for queue in list(self._disk_queues):
+            if getattr(queue, "error", None) is not None:
+                queue.error = None
+        log.info("NSQ: data path takes writes again")
+        self.set_health(None)
 
     def release_reserve(self) -> bool:
         """Delete ``nsqd.reserve`` to make room on a full disk; True if it existed."""
