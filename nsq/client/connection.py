@@ -36,6 +36,9 @@ __all__ = ["Connection", "parse_address", "DEFAULT_USER_AGENT"]
 log = logging.getLogger("nsq.client")
 
 DEFAULT_USER_AGENT = f"nsq-python/{__version__}"
+#: most stream bytes decompressed before the frames they hold are handled
+#: (bytes); bounds what a compressed stream from nsqd costs at once
+_DECODE_STEP = 1 << 20
 _HEARTBEAT_NOP = commands.nop()
 
 
@@ -221,7 +224,8 @@ class Connection:
         self._pending.append(self._compression_ok)
         rest = self._reader.take_rest()
         if rest:
-            self._reader.feed(self._codec.decode(rest))
+            # held, not decoded: _data_received drains it step by step
+            self._codec.decode(rest, 0)
         return False
 
     # -- sending -----------------------------------------------------------------
@@ -267,18 +271,35 @@ class Connection:
     # -- receiving ---------------------------------------------------------------
 
     def _data_received(self, data: bytes) -> None:
-        reader = self._reader
-        if self._codec is not None:
-            try:
-                data = self._codec.decode(data)
-            except CompressionError as exc:
-                log.error("[%s] %s", self.address, exc)
-                self.close_error = exc
-                self.close()
+        """Bytes from the socket: decompress them (at most ``_DECODE_STEP``
+        stream bytes at a time, parsing frames between steps) and handle
+        every complete frame."""
+        while True:
+            codec = self._codec
+            if codec is not None:
+                try:
+                    data = codec.decode(data, _DECODE_STEP)
+                except CompressionError as exc:
+                    log.error("[%s] %s", self.address, exc)
+                    self.close_error = exc
+                    self.close()
+                    return
+            if not self._receive(data):
                 return
+            # more held compressed input, or an upgrade that started while
+            # parsing and left its first compressed bytes with the codec
+            codec = self._codec
+            if codec is None or not codec.pending:
+                return
+            data = b""
+
+    def _receive(self, data: bytes) -> bool:
+        """Handle stream bytes; False when parsing stopped (a TLS upgrade
+        comes next, or the connection is closing)."""
+        reader = self._reader
         reader.feed(data)
         if self._hold:
-            return
+            return False
         try:
             while (frame := reader.next_frame()) is not None:
                 frame_type, payload = frame
@@ -298,7 +319,7 @@ class Connection:
                         if not fut.done():
                             fut.set_result(payload)
                         if stop:
-                            return
+                            return False
                 elif frame_type == FRAME_TYPE_ERROR:
                     text = payload.decode("utf-8", "replace")
                     code = text.split(" ", 1)[0]
@@ -314,11 +335,13 @@ class Connection:
                         self.close_error = ErrorResponse(text)
                         self.close()
                         self.closed = True
-                        return
+                        return False
         except ProtocolError as exc:
             log.error("[%s] protocol error: %s", self.address, exc)
             self.close_error = exc
             self.close()
+            return False
+        return not self.closed
 
     def _connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

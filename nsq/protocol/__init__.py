@@ -4,7 +4,7 @@ Nothing here touches a socket, an event loop or a clock.
 """
 
 from nsq.protocol import commands
-from nsq.protocol.errors import NON_FATAL_CODES, ClientError, NSQError, ProtocolError
+from nsq.protocol.errors import NON_FATAL_CODES, ClientError, NSQError, ProtocolError, ReadError
 from nsq.protocol.frames import (
     CLOSE_WAIT,
     FRAME_TYPE_ERROR,
@@ -32,6 +32,7 @@ __all__ = [
     "NSQError",
     "ClientError",
     "ProtocolError",
+    "ReadError",
     "NON_FATAL_CODES",
     "MAGIC_V2",
     "FRAME_TYPE_RESPONSE",

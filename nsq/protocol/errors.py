@@ -1,8 +1,11 @@
-"""NSQ protocol errors (WIRE-FACTS "nsqd TCP (protocol V2)").
+"""NSQ protocol errors (Go: internal/protocol/errors.go; the codes of
+nsqd/protocol_v2.go and nsqlookupd/lookup_protocol_v1.go).
 
 On the wire an error frame carries ``CODE + " " + description``. Only
 ``E_FIN_FAILED``, ``E_REQ_FAILED`` and ``E_TOUCH_FAILED`` leave the
 connection open; every other client error closes it after the frame.
+A :class:`ReadError` closes it without a frame, as Go does when its
+reader fails.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ __all__ = [
     "NSQError",
     "ClientError",
     "ProtocolError",
+    "ReadError",
     "NON_FATAL_CODES",
     "E_INVALID",
     "E_BAD_PROTOCOL",
@@ -69,7 +73,12 @@ class ClientError(NSQError):
         description: human text after the code (may be empty).
         fatal: whether the connection is closed after the error frame;
             defaults to ``code not in NON_FATAL_CODES``.
+        answer: whether the server sends the error frame (or V1 response)
+            at all; False for :class:`ReadError`, where Go closes the
+            connection without one.
     """
+
+    answer = True
 
     def __init__(self, code: str, description: str = "", fatal: bool | None = None) -> None:
         self.code = code
@@ -95,3 +104,18 @@ class ProtocolError(ClientError):
 
     def __init__(self, code: str, description: str = "") -> None:
         super().__init__(code, description, fatal=True)
+
+
+class ReadError(ProtocolError):
+    """The client's stream cannot be read on; the connection closes silently.
+
+    Go nsqd reads commands with ``bufio.Reader.ReadSlice('\\n')``; when that
+    fails (e.g. ``bufio: buffer full``: a line longer than the reader's
+    buffer) its IOLoop (nsqd/protocol_v2.go) leaves the loop with
+    ``failed to read command - <error>``, which nsqd/tcp.go ``Handle`` logs
+    as ``client(<addr>) - failed to read command - ...``; no error frame is
+    sent. :attr:`answer` is False so a server logs this error and closes the
+    connection without writing it.
+    """
+
+    answer = False

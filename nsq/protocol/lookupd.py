@@ -1,4 +1,4 @@
-"""The nsqlookupd TCP protocol V1, sans-IO (WIRE-FACTS "nsqlookupd TCP").
+"""The nsqlookupd TCP protocol V1, sans-IO (Go: nsqlookupd/lookup_protocol_v1.go).
 
 nsqd talks to each nsqlookupd over one TCP connection::
 
@@ -12,8 +12,9 @@ Every answer is ``[int32 size][data]`` (no frame type). Every error answers
 ``CODE description`` and closes the connection.
 
 :class:`V1ServerParser` is the lookupd side (bytes in, commands out, Go's
-checks in Go's order); :class:`V1ClientParser` and the ``encode_*``
-functions are the nsqd side.
+checks in Go's order, and bounds Go does not have: see :data:`MAX_LINE`
+and :data:`MAX_IDENTIFY_BODY`); :class:`V1ClientParser` and the
+``encode_*`` functions are the nsqd side.
 """
 
 from __future__ import annotations
@@ -40,10 +41,22 @@ __all__ = [
 MAGIC_V1 = b"  V1"
 _SIZE = struct.Struct(">i")
 
-#: longest command line accepted (bytes); Go reads lines without a bound
-MAX_LINE = 64 * 1024
-#: largest IDENTIFY body accepted (bytes)
-MAX_IDENTIFY_BODY = 1024 * 1024
+#: longest command line accepted, ``\n`` included (bytes). Go's nsqlookupd
+#: reads lines with ``bufio.NewReader`` (4096-byte buffer) and
+#: ``ReadString('\n')``, which grows past the buffer without a bound; the
+#: longest legal line is ``UNREGISTER`` with a 64-byte topic and a 64-byte
+#: channel (141 bytes), so Go's buffer size is a generous bound that keeps
+#: what one connection can make lookupd hold to 4 KiB. A longer line is
+#: answered ``E_INVALID`` and closed before its newline arrives.
+MAX_LINE = 4096
+#: largest IDENTIFY body accepted (bytes). Go's nsqlookupd allocates whatever
+#: size the client declares (``make([]byte, bodyLen)``, and panics on a
+#: negative one); the IDENTIFY nsqd sends (nsqd/lookup.go
+#: ``connectCallback``) is a JSON object of about 150 bytes (addresses,
+#: ports, version), so 64 KiB is generous. Larger and negative sizes are
+#: answered ``E_BAD_BODY IDENTIFY failed to read body``, the text Go gives
+#: when it cannot read the body, before any of the body is buffered.
+MAX_IDENTIFY_BODY = 64 * 1024
 
 CMD_IDENTIFY = "IDENTIFY"
 CMD_REGISTER = "REGISTER"
@@ -90,6 +103,12 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+# one decoder for every IDENTIFY: json.loads with a keyword builds a new one
+# per call, and a decoder is a reference cycle (its scanner refers back to
+# it) that only the cycle collector frees
+_PEER_INFO_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def decode_peer_info(body: bytes) -> PeerInfo:
     """Decode an IDENTIFY body the way Go's ``json.Unmarshal`` into PeerInfo does.
 
@@ -105,7 +124,7 @@ def decode_peer_info(body: bytes) -> PeerInfo:
     try:
         # as Go: UTF-8 only (no UTF-16/32 sniffing), invalid bytes become
         # U+FFFD, and NaN / Infinity are not JSON
-        data = json.loads(body.decode("utf-8", "replace"), parse_constant=_reject_constant)
+        data = _PEER_INFO_DECODER.decode(body.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
         raise bad_json from None
     info = PeerInfo()
@@ -184,9 +203,10 @@ class V1ServerParser:
                 raise ClientError(E_BAD_PROTOCOL, "")
             del buf[:4]
             self._magic_seen = True
-        nl = buf.find(b"\n")
+        nl = buf.find(b"\n", 0, MAX_LINE)
         if nl < 0:
-            if len(buf) > MAX_LINE:
+            # the verdict does not depend on how the line arrives
+            if len(buf) >= MAX_LINE:
                 raise ClientError(E_INVALID, f"command line longer than {MAX_LINE} bytes")
             return None
         line = bytes(buf[:nl]).decode("utf-8", "replace").strip()

@@ -1,10 +1,18 @@
-"""Server side of the V2 TCP protocol, sans-IO (seed 000 "TCP协议规范").
+"""Server side of the V2 TCP protocol, sans-IO
+(https://nsq.io/clients/tcp_protocol_spec.html; Go: nsqd/protocol_v2.go).
 
 :class:`V2ServerParser` takes the bytes a client sends and returns one parsed
 command at a time, checking what nsqd v1.2 checks, in the same order, with
-the same error codes and texts (WIRE-FACTS "nsqd TCP"). It tracks the
-connection state (init -> subscribed -> closing) because validity depends on
-it. It never touches a socket or a clock.
+the same error codes and texts. It tracks the connection state (init ->
+subscribed -> closing) because validity depends on it. It never touches a
+socket or a clock.
+
+Every input is bounded: a command line must fit in :data:`MAX_LINE_LENGTH`
+bytes (Go's 16 KiB ``bufio.Reader``) and is refused as soon as that many
+bytes are buffered without its newline; bodies are refused from their size
+field before they arrive. :attr:`V2ServerParser.max_command_size` is the
+largest command that can be legal, for a server that sizes its reads (or
+its decompression) by it.
 
 Commands are tuples whose first item is one of the ``CMD_*`` constants::
 
@@ -38,6 +46,7 @@ from nsq.protocol.errors import (
     E_INVALID,
     ClientError,
     ProtocolError,
+    ReadError,
 )
 from nsq.protocol.frames import MAGIC_V2
 from nsq.protocol.message import MSG_ID_LENGTH
@@ -46,6 +55,8 @@ from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
 __all__ = [
     "Limits",
     "V2ServerParser",
+    "MAX_LINE_LENGTH",
+    "LINE_TOO_LONG",
     "STATE_INIT",
     "STATE_SUBSCRIBED",
     "STATE_CLOSING",
@@ -84,8 +95,13 @@ CMD_CLS = 11
 CMD_NOP = 12
 CMD_FIN_MANY = 13
 
-#: longest command line accepted without a newline (Go's bufio reader size)
+#: longest command line accepted, its ``\n`` included (bytes): Go reads lines
+#: with ``ReadSlice('\n')`` from a ``bufio.Reader`` of ``defaultBufferSize``
+#: = 16 KiB (nsqd/client_v2.go), which fails once the buffer is full
 MAX_LINE_LENGTH = 16 * 1024
+#: what Go's IOLoop reports for a longer line (nsqd/protocol_v2.go); no frame
+#: is sent, the connection just closes
+LINE_TOO_LONG = "failed to read command - bufio: buffer full"
 
 _LEN = struct.Struct(">i")
 _MAGIC_PENDING = -1
@@ -139,10 +155,14 @@ class V2ServerParser:
             heartbeats (SUB is then refused, as in Go).
 
     :meth:`next_command` raises :class:`ClientError` (always fatal) for an
-    invalid command; after that the parser must not be used again.
+    invalid command; after that the parser must not be used again. A line
+    that does not fit in :data:`MAX_LINE_LENGTH` bytes raises
+    :class:`ReadError` (``E_BAD_PROTOCOL failed to read command - bufio:
+    buffer full``, ``answer`` False): Go nsqd sends no error frame for it,
+    its IOLoop just ends and the connection closes.
     """
 
-    __slots__ = ("limits", "state", "heartbeats_enabled", "_buf", "_pos", "_need", "_dispatch")
+    __slots__ = ("limits", "state", "heartbeats_enabled", "_buf", "_pos", "_need")
 
     def __init__(self, limits: Limits | None = None, expect_magic: bool = True) -> None:
         self.limits = limits or Limits()
@@ -152,20 +172,6 @@ class V2ServerParser:
         self._pos = 0
         # bytes needed (from _pos) before parsing can progress; -1: magic pending
         self._need = _MAGIC_PENDING if expect_magic else 0
-        self._dispatch = {
-            b"FIN": self._fin,
-            b"RDY": self._rdy,
-            b"REQ": self._req,
-            b"PUB": self._pub,
-            b"MPUB": self._mpub,
-            b"DPUB": self._dpub,
-            b"NOP": self._nop,
-            b"TOUCH": self._touch,
-            b"SUB": self._sub,
-            b"CLS": self._cls,
-            b"AUTH": self._auth,
-            b"IDENTIFY": self._identify,
-        }
 
     # -- buffer ----------------------------------------------------------
 
@@ -183,6 +189,31 @@ class V2ServerParser:
     def buffered(self) -> int:
         """Bytes received and not yet parsed."""
         return len(self._buf) - self._pos
+
+    def clear(self) -> None:
+        """Drop every byte buffered (the connection is gone); up to
+        :attr:`max_command_size` bytes are freed at once."""
+        self._buf = bytearray()
+        self._pos = 0
+
+    @property
+    def max_line_length(self) -> int:
+        """Longest command line accepted, ``\\n`` included (bytes)."""
+        return MAX_LINE_LENGTH
+
+    @property
+    def max_command_size(self) -> int:
+        """Largest command that can be legal (bytes): a full line, the
+        4-byte size and the largest body (``max_body_size`` for IDENTIFY,
+        AUTH and MPUB; ``max_msg_size`` for PUB and DPUB).
+
+        While :meth:`next_command` returns None, :attr:`buffered` is below
+        this; a server reading through a decompressor can take up to
+        ``max_command_size - buffered`` more stream bytes without holding
+        more than one legal command.
+        """
+        limits = self.limits
+        return MAX_LINE_LENGTH + 4 + max(limits.max_body_size, limits.max_msg_size)
 
     def next_command(self) -> tuple | None:
         """Return the next complete command, or None if more bytes are needed.
@@ -205,7 +236,7 @@ class V2ServerParser:
                 if avail < self._need:
                     return None
             pos = self._pos
-            nl = buf.find(b"\n", pos)
+            nl = buf.find(b"\n", pos, pos + MAX_LINE_LENGTH)  # a line never needs a longer scan
             if nl - pos == 20 and buf.startswith(b"FIN ", pos) and self.state != STATE_INIT:
                 # fast path for the most frequent command, "FIN <16-byte id>\n";
                 # a consumer's FINs arrive back to back, so take every one
@@ -225,22 +256,23 @@ class V2ServerParser:
                 self._pos = p
                 return (CMD_FIN_MANY, ids)
             if nl < 0:
-                if avail > MAX_LINE_LENGTH:
-                    raise ProtocolError(E_INVALID, f"command line longer than {MAX_LINE_LENGTH} bytes")
+                if avail >= MAX_LINE_LENGTH:
+                    # Go's bufio buffer is full and holds no newline
+                    raise ReadError(E_BAD_PROTOCOL, LINE_TOO_LONG)
                 return None
-            if nl - self._pos > MAX_LINE_LENGTH:
+            if nl - pos >= MAX_LINE_LENGTH:
                 # same verdict whether or not the newline arrived in this chunk
-                raise ProtocolError(E_INVALID, f"command line longer than {MAX_LINE_LENGTH} bytes")
+                raise ReadError(E_BAD_PROTOCOL, LINE_TOO_LONG)
             end = nl
             if end > self._pos and buf[end - 1] == 13:  # optional \r
                 end -= 1
             params = bytes(buf[self._pos:end]).split(b" ")
-            handler = self._dispatch.get(params[0])
+            handler = _DISPATCH.get(params[0])
             if handler is None:
                 raise ClientError(E_INVALID, f"invalid command {_text(params[0])}")
             # handlers return (command, bytes consumed after the newline) or
             # (None, needed) when the body is incomplete
-            cmd, n = handler(params, nl + 1)
+            cmd, n = handler(self, params, nl + 1)
             if cmd is None and n > 0:
                 self._need = nl + 1 - self._pos + n
                 return None
@@ -447,3 +479,23 @@ class V2ServerParser:
 
     def _nop(self, params: list[bytes], start: int):
         return (CMD_NOP,), 0
+
+
+# command name -> handler, kept outside the instances: a parser that held
+# its own bound methods would be a reference cycle, and its buffer (up to
+# max_command_size bytes) would outlive its connection until the cycle
+# collector ran
+_DISPATCH = {
+    b"FIN": V2ServerParser._fin,
+    b"RDY": V2ServerParser._rdy,
+    b"REQ": V2ServerParser._req,
+    b"PUB": V2ServerParser._pub,
+    b"MPUB": V2ServerParser._mpub,
+    b"DPUB": V2ServerParser._dpub,
+    b"NOP": V2ServerParser._nop,
+    b"TOUCH": V2ServerParser._touch,
+    b"SUB": V2ServerParser._sub,
+    b"CLS": V2ServerParser._cls,
+    b"AUTH": V2ServerParser._auth,
+    b"IDENTIFY": V2ServerParser._identify,
+}

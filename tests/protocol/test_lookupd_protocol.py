@@ -1,9 +1,9 @@
 """The nsqlookupd TCP protocol V1, sans-IO: V1ServerParser, V1ClientParser,
 the encoders and decode_peer_info.
 
-Error texts are Go nsqlookupd v1.2.1's (lookup_protocol_v1.go, tcp.go) as in
-WIRE-FACTS "nsqlookupd TCP (protocol V1)". Every parse is also done one byte
-at a time and must give the same commands and the same error.
+Error texts are Go nsqlookupd v1.2.1's (nsqlookupd/lookup_protocol_v1.go,
+tcp.go). Every parse is also done one byte at a time and must give the same
+commands and the same error.
 """
 
 from __future__ import annotations
@@ -333,12 +333,26 @@ def test_partial_line_waits():
 
 def test_overlong_line_is_refused():
     parser = V1ServerParser()
-    parser.feed(MAGIC_V1 + b"R" * MAX_LINE)
-    assert parser.next_command() is None  # exactly MAX_LINE bytes may still end in a newline
+    parser.feed(MAGIC_V1 + b"R" * (MAX_LINE - 1))
+    assert parser.next_command() is None  # MAX_LINE - 1 bytes may still end in a newline
     parser.feed(b"R")
     with pytest.raises(ClientError) as ei:
         parser.next_command()
     assert ei.value.code == E_INVALID and ei.value.fatal
+
+
+@pytest.mark.parametrize("chunk", [None, 1000, 1])
+def test_overlong_line_is_refused_however_it_arrives(chunk):
+    """A complete line longer than MAX_LINE gets the verdict of a partial one."""
+    cmds, err = _run(MAGIC_V1 + b"PING" + b" " * MAX_LINE + b"\n", chunk)[:2]
+    assert cmds == []
+    assert err == f"E_INVALID command line longer than {MAX_LINE} bytes"
+
+
+def test_line_of_max_length_is_accepted():
+    line = b"PING" + b" " * (MAX_LINE - 5) + b"\n"
+    assert len(line) == MAX_LINE
+    assert parse(line) == ([("PING",)], None)
 
 
 # -- encoders and round trips --------------------------------------------------------

@@ -1,7 +1,6 @@
 """V2ServerParser: commands, incremental input, state machine, exact errors.
 
-Error texts follow WIRE-FACTS "nsqd TCP (protocol V2)" and nsqd v1.2.1's
-protocol_v2.go.
+Error texts follow Go nsqd v1.2.1's nsqd/protocol_v2.go.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ import struct
 import pytest
 
 from nsq.protocol import commands as c
-from nsq.protocol.errors import ClientError, ProtocolError
+from nsq.protocol.errors import ClientError, ProtocolError, ReadError
 from nsq.protocol.frames import MAGIC_V2
 from nsq.protocol.v2 import (
     CMD_AUTH,
@@ -27,6 +26,7 @@ from nsq.protocol.v2 import (
     CMD_REQ,
     CMD_SUB,
     CMD_TOUCH,
+    LINE_TOO_LONG,
     MAX_LINE_LENGTH,
     STATE_CLOSING,
     STATE_INIT,
@@ -446,14 +446,16 @@ def test_deeply_nested_identify_json_is_a_client_error():
 # -- line length -----------------------------------------------------------------
 
 def test_line_longer_than_max_without_newline():
+    """Go's ReadSlice fails once its 16 KiB buffer is full without a newline."""
     parser = V2ServerParser()
-    parser.feed(MAGIC_V2 + b"A" * MAX_LINE_LENGTH)
-    assert parser.next_command() is None  # not yet over the limit
+    parser.feed(MAGIC_V2 + b"A" * (MAX_LINE_LENGTH - 1))
+    assert parser.next_command() is None  # one byte left for the newline
     parser.feed(b"A")
-    with pytest.raises(ClientError) as info:
+    with pytest.raises(ReadError) as info:
         parser.next_command()
     assert info.value.fatal is True
-    assert info.value.code == "E_INVALID"
+    assert info.value.answer is False  # Go closes without an error frame
+    assert info.value.wire_text() == "E_BAD_PROTOCOL " + LINE_TOO_LONG
 
 
 def test_long_line_rejected_the_same_way_whatever_the_chunking():
@@ -462,7 +464,7 @@ def test_long_line_rejected_the_same_way_whatever_the_chunking():
     texts = []
     for chunk in (len(stream), 4096, 1):
         parser = V2ServerParser()
-        with pytest.raises(ClientError) as info:
+        with pytest.raises(ReadError) as info:
             for i in range(0, len(stream), chunk):
                 parser.feed(stream[i:i + chunk])
                 drain(parser)
@@ -471,9 +473,13 @@ def test_long_line_rejected_the_same_way_whatever_the_chunking():
 
 
 def test_line_of_max_length_is_accepted():
-    line = b"NOP " + b"x" * (MAX_LINE_LENGTH - 4) + b"\n"
+    """The longest line Go reads: 16383 bytes and the newline."""
+    line = b"NOP " + b"x" * (MAX_LINE_LENGTH - 5) + b"\n"
+    assert len(line) == MAX_LINE_LENGTH
     assert parse_all(line) == [(CMD_NOP,)]
     assert parse_bytewise(line) == [(CMD_NOP,)]
+    with pytest.raises(ReadError):
+        parse_all(b"NOP " + b"x" * (MAX_LINE_LENGTH - 4) + b"\n")
 
 
 def test_back_to_back_fins_come_as_one_command():

@@ -1,9 +1,11 @@
 """The nsqlookupd daemon as a library: ``NSQLookupd(options)``, ``await start()``, ``await stop()``.
 
-nsqds connect over TCP (protocol V1, :mod:`nsq.protocol.lookupd`) and
-register their topics and channels; clients ask over HTTP
+nsqds connect over TCP (protocol V1, :mod:`nsq.protocol.lookupd`, one
+:class:`~nsq.server.lookupd.protocol_v1.LookupProtocolV1` per connection)
+and register their topics and channels; clients ask over HTTP
 (:mod:`nsq.server.lookupd.http`) where a topic is produced. Lookupds share
-nothing; each holds what its nsqds told it (seed 000 "nsqlookupd").
+nothing; each holds what its nsqds told it (https://nsq.io/components/nsqlookupd.html;
+Go: nsqlookupd/nsqlookupd.go).
 """
 
 from __future__ import annotations
@@ -11,26 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import time
 
-from nsq.protocol.errors import ClientError
-from nsq.protocol.lookupd import (
-    CMD_IDENTIFY,
-    CMD_PING,
-    CMD_REGISTER,
-    V1ServerParser,
-    encode_response,
-)
 from nsq.protocol.names import is_ephemeral
 from nsq.server.addresses import fmt_addr, split_host_port
 from nsq.server.lookupd.options import LookupdOptions
+from nsq.server.lookupd.protocol_v1 import LookupProtocolV1
 from nsq.server.lookupd.registration_db import Peer, Producer, RegistrationDB
 
 __all__ = ["NSQLookupd"]
 
 log = logging.getLogger("nsq.lookupd")
-
-_OK = encode_response(b"OK")
 
 
 class NSQLookupd:
@@ -161,98 +153,3 @@ class NSQLookupd:
                 log.info("DB: client(%s) UNREGISTER category:%s key:%s subkey:%s", peer.id, *reg)
             if left == 0 and is_ephemeral(reg[2] if reg[0] == "channel" else reg[1]):
                 db.remove_registration(reg)
-
-
-class LookupProtocolV1(asyncio.Protocol):
-    """One nsqd's TCP connection to this lookupd."""
-
-    def __init__(self, lookupd: NSQLookupd) -> None:
-        self.lookupd = lookupd
-        self.parser = V1ServerParser()
-        self.transport: asyncio.Transport | None = None
-        self.remote = ""
-        self.peer: Peer | None = None
-        self._closing = False
-
-    def __repr__(self) -> str:
-        return self.remote
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        addr = transport.get_extra_info("peername")
-        self.remote = fmt_addr(addr[0], addr[1]) if addr else "?"
-        self.lookupd._conns.add(self)
-        log.info("TCP: new client(%s)", self.remote)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lookupd._conns.discard(self)
-        log.info("PROTOCOL(V1): [%s] exiting ioloop", self.remote)
-        if self.peer is not None:
-            self.lookupd.peer_gone(self.peer)
-            self.peer = None
-
-    def close(self) -> None:
-        """Close the connection (its registrations go when it is lost)."""
-        self._closing = True
-        if self.transport is not None:
-            self.transport.close()
-
-    def data_received(self, data: bytes) -> None:
-        if self._closing:
-            return
-        parser = self.parser
-        parser.feed(data)
-        out = []
-        try:
-            while True:
-                cmd = parser.next_command()
-                if cmd is None:
-                    break
-                out.append(self._exec(cmd))
-        except ClientError as exc:
-            log.error("[%s] - %s", self.remote, exc.wire_text())
-            out.append(encode_response(exc.wire_bytes()))
-            self.transport.write(b"".join(out))  # type: ignore[union-attr]
-            self.close()
-            return
-        if out:
-            self.transport.write(b"".join(out))  # type: ignore[union-attr]
-
-    def _exec(self, cmd: tuple) -> bytes:
-        name = cmd[0]
-        lookupd = self.lookupd
-        if name == CMD_PING:
-            if self.peer is not None:
-                now = time.monotonic()
-                log.debug("CLIENT(%s): pinged (last ping %.3fs)", self.peer.id, now - self.peer.last_update)
-                self.peer.last_update = now
-            return _OK
-        if name == CMD_IDENTIFY:
-            return self._identify(cmd[1])
-        assert self.peer is not None  # the parser refuses REGISTER before IDENTIFY
-        if name == CMD_REGISTER:
-            lookupd.register(self.peer, cmd[1], cmd[2])
-        else:
-            lookupd.unregister(self.peer, cmd[1], cmd[2])
-        return _OK
-
-    def _identify(self, info) -> bytes:
-        import json
-
-        from nsq import NSQ_VERSION
-
-        lookupd = self.lookupd
-        info.remote_address = self.remote
-        self.peer = peer = Peer(self.remote, info, time.monotonic())
-        log.info("CLIENT(%s): IDENTIFY Address:%s TCP:%d HTTP:%d Version:%s",
-                 self.remote, info.broadcast_address, info.tcp_port, info.http_port, info.version)
-        if lookupd.db.add_producer(("client", "", ""), Producer(peer)):
-            log.info("DB: client(%s) REGISTER category:client key: subkey:", self.remote)
-        answer = {
-            "tcp_port": lookupd.tcp_port,
-            "http_port": lookupd.http_port,
-            "version": NSQ_VERSION,
-            "broadcast_address": lookupd.options.broadcast_address,
-            "hostname": lookupd.hostname(),
-        }
-        return encode_response(json.dumps(answer, separators=(",", ":")).encode())
