@@ -151,6 +151,8 @@ class ClientV2(asyncio.Protocol):
         #: the transport's buffer is above its high-water mark: no reading,
         #: no new messages until it drains (Go blocks this client's IO loop)
         self.write_paused = False
+        #: the codec holds input not inflated yet (answers waiting to be written)
+        self._more_input = False
         self._waiting: asyncio.Future | None = None
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
@@ -194,16 +196,59 @@ class ClientV2(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = self._loop.time()
-        if self._codec is not None:
+        try:
+            if self._codec is None:
+                self.parser.feed(data)
+                if self._waiting is None:
+                    self._process()
+            else:
+                self._decode(data)
+        except Exception:
+            # a bug must cost one connection, never the daemon
+            log.exception("[%s] internal error reading from the client, closing", self.remote_address)
+            self.close()
+
+    #: stream bytes inflated per step (bytes); a command larger than this
+    #: takes several steps, never more than ``parser.max_command_size``
+    DECODE_STEP = 64 * 1024
+    #: answers held in ``out`` before inflating stops until they are written
+    OUT_HIGH_WATER = 64 * 1024
+
+    def _decode(self, data: bytes) -> None:
+        """Decompress ``data`` a bounded piece at a time, each piece parsed
+        and run before the next is inflated. Inflating stops (reading too)
+        while this client's answers wait to be written, and goes on from
+        :meth:`flush` or :meth:`resume_writing`: a small compressed input
+        that inflates to gigabytes, or to millions of answered commands,
+        costs one step's worth of memory, not its inflated size."""
+        codec = self._codec
+        parser = self.parser
+        self._more_input = False
+        while not self.closed:
+            room = min(parser.max_command_size - parser.buffered, self.DECODE_STEP)
             try:
-                data = self._codec.decode(data)
+                out = codec.decode(data, room)  # type: ignore[union-attr]
             except CompressionError as exc:
                 log.error("[%s] - %s, closing", self.remote_address, exc)
                 self.close()
                 return
-        self.parser.feed(data)
-        if self._waiting is None:
-            self._process()
+            data = b""
+            if out:
+                parser.feed(out)
+            if self._waiting is None:
+                self._process()
+            if not codec.pending or self._waiting is not None or self.closed:  # type: ignore[union-attr]
+                return
+            if parser.buffered >= parser.max_command_size:
+                log.error("[%s] - command larger than %d bytes, closing", self.remote_address,
+                          parser.max_command_size)
+                self.close()
+                return
+            if len(self.out) >= self.OUT_HIGH_WATER or self.write_paused:
+                self._more_input = True
+                if self.transport is not None:
+                    self.transport.pause_reading()
+                return
 
     def _process(self) -> None:
         """Execute every complete command buffered, in order."""
@@ -266,12 +311,14 @@ class ClientV2(asyncio.Protocol):
         self.write_paused = False
         if self.closed:
             return
+        self._loop.call_soon(self._go_on)  # commands held meanwhile, input still compressed
         self._resume_reading()
         if self.channel is not None and self.in_flight_count < self.ready_count:
             self.channel.client_ready(self)
 
     def _resume_reading(self) -> None:
-        if self.transport is not None and self._waiting is None and not self.write_paused and not self.closed:
+        if (self.transport is not None and self._waiting is None and not self.write_paused
+                and not self._more_input and not self.closed):
             self.transport.resume_reading()
 
     def _wait_for(self, barrier: asyncio.Future) -> None:
@@ -301,7 +348,7 @@ class ClientV2(asyncio.Protocol):
                 return
             self._resume_reading()
             self._mark_dirty()
-            self._process()
+            self._go_on()
 
         wait.future.add_done_callback(done)
 
@@ -318,7 +365,24 @@ class ClientV2(asyncio.Protocol):
             return
         self._resume_reading()
         self._mark_dirty()
-        self._process()
+        self._go_on()
+
+    def _go_on(self) -> None:
+        """After a wait: run the commands buffered meanwhile, then inflate
+        what the codec still holds."""
+        if self.closed or self._waiting is not None or self.write_paused:
+            return
+        try:
+            if self._codec is not None and self._codec.pending:
+                self._decode(b"")
+                if not self._more_input:
+                    self._resume_reading()
+            else:
+                self._more_input = False
+                self._process()
+        except Exception:
+            log.exception("[%s] internal error reading from the client, closing", self.remote_address)
+            self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._lost:
@@ -334,7 +398,7 @@ class ClientV2(asyncio.Protocol):
         # what a closed client still holds goes now, even if something (an
         # in-flight message until its timeout) keeps the object alive
         self.out = bytearray()
-        self.parser = v2.V2ServerParser(self.nsqd.limits)
+        self.parser.clear()
         self._codec = None
         self._retry = None
         # no reference cycles left (bound handlers, transport <-> protocol):
@@ -364,6 +428,8 @@ class ClientV2(asyncio.Protocol):
             else:
                 self.transport.write(self.out)
             self.out = bytearray()
+        if self._more_input and not self.write_paused and not self.closed:
+            self._loop.call_soon(self._go_on)
 
     def send_messages(self, msgs: list[Message]) -> None:
         """Append message frames for ``msgs`` (already marked in flight)."""
@@ -383,7 +449,8 @@ class ClientV2(asyncio.Protocol):
 
     def _client_error(self, exc: ClientError) -> None:
         log.error("[%s] - %s", self.remote_address, exc.wire_text())
-        self.out += encode_frame(FRAME_TYPE_ERROR, exc.wire_bytes())
+        if exc.answer:
+            self.out += encode_frame(FRAME_TYPE_ERROR, exc.wire_bytes())
         if exc.fatal:
             self.close()
 
