@@ -166,10 +166,14 @@ def flag_values(specs, flags: dict[str, Any]) -> dict[str, Any]:
 
 
 async def serve_daemon(daemon: Any, log: Any) -> int:
-    """Start ``daemon`` (``await start()``), tune the cycle collector
+    """Raise the open-file limit (:mod:`nsq.server.fdlimit`), start
+    ``daemon`` (``await start()``), tune the cycle collector
     (:mod:`nsq.server.gctune`), run until SIGINT/SIGTERM, then ``await
     stop()``. Returns the exit code: 1 if it could not start."""
 
+    from nsq.server.fdlimit import raise_nofile_limit
+
+    raise_nofile_limit()  # as Go's runtime: connections are fds
     try:
         await daemon.start()
     except (OSError, ValueError) as exc:

@@ -374,7 +374,9 @@ def test_missing_meta_file_with_data_files_is_rebuilt_not_truncated(tmp_path):
 
 def test_deferred_log_torn_append_is_cut_back(tmp_path, monkeypatch):
     log = DeferredLog("t:c", str(tmp_path), 1)
+    assert not os.path.exists(log.path)  # no file (no fd) until something is deferred
     log.add(1, 2, 1, b"a" * 16, b"first")
+    log.add(1, 2, 1, b"x" * 16, b"stays")
     size = os.path.getsize(log.path)
     disk = DiskFull(monkeypatch, match="deferred.dat")
     disk.on = True
@@ -386,7 +388,10 @@ def test_deferred_log_torn_append_is_cut_back(tmp_path, monkeypatch):
     log.add(1, 2, 1, b"c" * 16, b"third")
     log.close()
     again = DeferredLog("t:c", str(tmp_path), 1)
-    assert set(again.pending) == {b"a" * 16, b"c" * 16}  # "a" may come again: never lost
+    assert set(again.pending) == {b"a" * 16, b"x" * 16, b"c" * 16}  # "a" may come again: never lost
+    for msg_id in list(again.pending):
+        again.remove(msg_id)
+    assert not os.path.exists(again.path)  # the last release removes the file
     again.close()
 
 
@@ -433,3 +438,16 @@ async def test_injected_ping_recovers_without_a_publish(make_nsqd, tmp_path, mon
 
     await wait_for(healthy, timeout=2)
     assert os.path.exists(tmp_path / "nsqd.reserve") and not os.path.exists(tmp_path / "nsqd.probe")
+
+
+async def test_channels_hold_no_files_until_they_defer(make_nsqd, tmp_path):
+    """A client can create channels at will (SUB): an idle durable channel
+    must cost no file descriptor."""
+    d = await make_nsqd(data_path=str(tmp_path))
+    before = len(os.listdir("/proc/self/fd"))
+    topic = d.get_topic("t")
+    for i in range(200):
+        topic.get_channel(f"c{i}")
+    assert len(os.listdir("/proc/self/fd")) - before < 10
+    topic.publish([b"later"], defer_ms=60_000)
+    assert len([f for f in os.listdir(tmp_path) if f.endswith(".deferred.dat")]) == 200

@@ -12,7 +12,9 @@ Records::
     kind 1, ADD:    [int64 due, unix ns][message: int64 ts, uint16 attempts, 16-byte id, body]
     kind 2, REMOVE: [16-byte id]
 
-Replaying the file in order gives the pending set (an id may be added again
+The file exists only while messages are deferred: it is opened at the
+first deferral and removed when the last one is released, so a channel that
+never defers holds no file descriptor. Replaying the file in order gives the pending set (an id may be added again
 after it was removed: a message requeued with a delay twice). At start the
 file is compacted (live entries rewritten to a temp file, fsynced, renamed),
 and again whenever removed entries outnumber live ones. A torn tail (a crash
@@ -53,6 +55,17 @@ _REMOVE = 2
 _MSG_HDR = struct.Struct(">qH")
 
 
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.error("DEFERRED: failed to sync directory %s - %s", path, exc)
+
+
 class DeferredLog:
     """The deferred messages of one channel, on disk.
 
@@ -83,7 +96,10 @@ class DeferredLog:
         self._size = 0  # bytes of whole records in the file
         self._closed = False
         self._load()
-        self._compact()
+        if self.pending:
+            self._compact()
+        else:
+            self._drop_file()
 
     # -- public --------------------------------------------------------------------
 
@@ -106,6 +122,9 @@ class DeferredLog:
         if self._closed or self.pending.pop(msg_id, None) is None:
             return
         self._dead += 2  # its ADD and this REMOVE
+        if not self.pending:
+            self._drop_file()  # nothing deferred: no file, no fd
+            return
         try:
             self._append(_REMOVE, msg_id)
         except OSError as exc:
@@ -120,7 +139,7 @@ class DeferredLog:
         if self._closed:
             return
         self.pending.clear()
-        self._compact()
+        self._drop_file()
 
     @property
     def needs_sync(self) -> bool:
@@ -191,7 +210,12 @@ class DeferredLog:
 
     def _append(self, kind: int, payload: bytes) -> None:
         if self._fd is None:
-            raise OSError(errno.EIO, f"{self.path} is not open")
+            # opened on the first deferred message: a channel that never
+            # defers holds no file (a client can create channels at will)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._size = os.fstat(self._fd).st_size
+            if self.sync_every == 1:
+                _fsync_dir(os.path.dirname(self.path))  # the new name survives a power loss
         record = _HDR.pack(len(payload) + 1, kind) + payload
         view = memoryview(record)
         try:
@@ -242,6 +266,24 @@ class DeferredLog:
         if pos < end:
             log.error("DEFERRED(%s): %s has a torn or corrupt record at %d of %d bytes; "
                       "keeping the %d messages before it", self.name, self.path, pos, end, len(self.pending))
+
+    def _drop_file(self) -> None:
+        """No message is pending: close and remove the file (a later
+        deferral starts a new one). If the unlink is lost in a crash the
+        released messages come once more."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.error("DEFERRED(%s): failed to remove %s - %s", self.name, self.path, exc)
+        self._size = 0
+        self._dead = 0
+        self._dirty = False
+        self._writes_since_sync = 0
 
     def _compact(self) -> None:
         """Rewrite the file with only the pending entries, atomically.
