@@ -18,7 +18,7 @@ from nsq.protocol import commands as c
 from nsq.protocol.frames import MAGIC_V2
 from nsq.protocol.lookupd import MAGIC_V1, encode_identify, encode_ping, encode_register, encode_unregister
 
-__all__ = ["TOPICS", "CHANNELS", "v2_stream", "v1_stream", "mutate"]
+__all__ = ["TOPICS", "CHANNELS", "v2_stream", "v1_stream", "mutate", "FuzzedStreams", "seeded_rng"]
 
 _I32 = struct.Struct(">i")
 
@@ -201,3 +201,31 @@ def mutate(rng: random.Random, data: bytes, other: bytes, identify_line: bytes) 
             buf[pos:pos] = b"PUB fz0\n" + _I32.pack(rng.choice((100, 70_000, 1_000_000)))
     return bytes(buf)
 
+
+
+class FuzzedStreams:
+    """``n`` connection streams from ``make`` (``v2_stream`` or
+    ``v1_stream``), 90 % of them mutated; iterate once. :attr:`commands`
+    counts the command lines generated so far (bodies may add a few)."""
+
+    def __init__(self, rng: random.Random, n: int, make, identify_line: bytes = b"IDENTIFY\n") -> None:
+        self.rng = rng
+        self.n = n
+        self.make = make
+        self.identify_line = identify_line
+        self.commands = 0
+
+    def __iter__(self):
+        rng = self.rng
+        for _ in range(self.n):
+            a, b = self.make(rng), self.make(rng)
+            self.commands += a.count(b"\n")
+            yield mutate(rng, a, b, self.identify_line) if rng.random() < 0.9 else a
+
+
+def seeded_rng() -> random.Random:
+    """``random.Random`` seeded from ``NSQ_FUZZ_SEED`` (default 1): a failing
+    run is repeated by setting the same seed."""
+    import os
+
+    return random.Random(int(os.environ.get("NSQ_FUZZ_SEED", "1")))

@@ -15,7 +15,6 @@ import asyncio
 import errno
 import json
 import os
-import shutil
 import subprocess
 import urllib.error
 import urllib.request

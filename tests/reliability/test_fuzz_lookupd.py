@@ -18,31 +18,21 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import time
 
 from nsq.protocol.lookupd import encode_ping
 
 from .barrage import barrage
 from .daemons import LookupdDaemon, MiB, scale
-from .fuzz import mutate, v1_stream
+from .fuzz import FuzzedStreams, seeded_rng, v1_stream
 from .rawclients import V1Client
 
 CONNECTIONS = 5000
 
 
 def test_fuzzed_v1_streams_leave_lookupd_serving_and_bounded():
-    seed = int(os.environ.get("NSQ_FUZZ_SEED", "1"))
-    rng = random.Random(seed)
-    n = scale(CONNECTIONS)
-    commands = 0
-
-    def streams():
-        nonlocal commands
-        for _ in range(n):
-            a, b = v1_stream(rng), v1_stream(rng)
-            commands += a.count(b"\n")
-            yield mutate(rng, a, b, b"IDENTIFY\n") if rng.random() < 0.9 else a
+    rng = seeded_rng()
+    streams = FuzzedStreams(rng, scale(CONNECTIONS), v1_stream)
 
     d = LookupdDaemon()
     try:
@@ -53,18 +43,18 @@ def test_fuzzed_v1_streams_leave_lookupd_serving_and_bounded():
         time.sleep(0.3)
         fds_before, rss_before = d.fds(), d.rss()
         started = time.monotonic()
-        out = asyncio.run(barrage(d.tcp_port, streams(), rng))
+        out = asyncio.run(barrage(d.tcp_port, streams, rng))
         elapsed = time.monotonic() - started
         assert d.alive(), d.log_tail()
         assert d.get("/ping") == b"OK"
         fds_after = d.wait_fds(fds_before)
         rss_after, peak = d.rss(), d.peak_rss()
-        print(f"\nlookupd fuzz (NSQ_FUZZ_SEED={seed}): {out.connections} connections, ~{commands} commands, "
+        print(f"\nlookupd fuzz (NSQ_FUZZ_SEED={os.environ.get('NSQ_FUZZ_SEED', '1')}): {out.connections} connections, ~{streams.commands} commands, "
               f"{out.bytes_sent / MiB:.1f} MiB sent, {out.bytes_received / MiB:.2f} MiB received in "
               f"{elapsed:.1f}s; endings {dict(out.endings)}; fds {fds_before} -> {fds_after}; RSS before "
               f"{rss_before / MiB:.1f} MiB, after {rss_after / MiB:.1f} MiB, peak {peak / MiB:.1f} MiB; "
               f"internal errors logged: {d.log_count('internal error')}")
-        assert out.connections == n
+        assert out.connections == streams.n
 
         # a normal nsqd registers and is the only producer left anywhere
         live = V1Client(d.tcp_port)

@@ -35,7 +35,7 @@ from nsq.protocol.frames import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, MAGIC_V
 
 from .barrage import barrage
 from .daemons import MiB, NSQDDaemon, scale
-from .fuzz import mutate, v2_stream
+from .fuzz import FuzzedStreams, mutate, seeded_rng, v2_stream
 from .rawclients import V2Client, send_quietly
 
 CONNECTIONS = 5000
@@ -64,17 +64,8 @@ def clients_in_stats(d: NSQDDaemon) -> int:
 
 
 def test_fuzzed_v2_streams_leave_nsqd_serving_and_bounded():
-    seed = int(os.environ.get("NSQ_FUZZ_SEED", "1"))
-    rng = random.Random(seed)
-    n = scale(CONNECTIONS)
-    commands = 0
-
-    def streams():
-        nonlocal commands
-        for _ in range(n):
-            a, b = v2_stream(rng), v2_stream(rng)
-            commands += a.count(b"\n")  # one line per command (bodies may add a few)
-            yield mutate(rng, a, b, b"IDENTIFY\n") if rng.random() < 0.9 else a
+    rng = seeded_rng()
+    streams = FuzzedStreams(rng, scale(CONNECTIONS), v2_stream)
 
     d = NSQDDaemon()
     try:
@@ -82,7 +73,7 @@ def test_fuzzed_v2_streams_leave_nsqd_serving_and_bounded():
         time.sleep(0.3)
         fds_before, rss_before = d.fds(), d.rss()
         started = time.monotonic()
-        out = asyncio.run(barrage(d.tcp_port, streams(), rng))
+        out = asyncio.run(barrage(d.tcp_port, streams, rng))
         elapsed = time.monotonic() - started
         assert d.alive(), d.log_tail()
         assert d.get("/ping") == b"OK"
@@ -92,13 +83,13 @@ def test_fuzzed_v2_streams_leave_nsqd_serving_and_bounded():
         for topic in topics:
             d.post("/topic/delete?topic=" + urllib.parse.quote(topic, safe=""))
         fds_after = d.wait_fds(fds_before)
-        print(f"\nnsqd fuzz (NSQ_FUZZ_SEED={seed}): {out.connections} connections, ~{commands} commands, "
+        print(f"\nnsqd fuzz (NSQ_FUZZ_SEED={os.environ.get('NSQ_FUZZ_SEED', '1')}): {out.connections} connections, ~{streams.commands} commands, "
               f"{out.bytes_sent / MiB:.1f} MiB sent, {out.bytes_received / MiB:.2f} MiB received in "
               f"{elapsed:.1f}s; endings {dict(out.endings)}; fds {fds_before} -> {fds_with_topics} with "
               f"{len(topics)} topics -> {fds_after} once deleted; RSS before "
               f"{rss_before / MiB:.1f} MiB, after {rss_after / MiB:.1f} MiB, peak {peak / MiB:.1f} MiB; "
               f"internal errors logged: {d.log_count('internal error')}")
-        assert out.connections == n
+        assert out.connections == streams.n
         round_trip(d, "after-fuzz", b"after")
         deadline = time.monotonic() + 5
         while clients_in_stats(d) and time.monotonic() < deadline:
@@ -156,7 +147,7 @@ def test_fuzzed_compressed_sessions_leave_nsqd_serving_and_bounded():
         assert d.alive(), d.log_tail()
         assert d.get("/ping") == b"OK"
         rss_after, peak = d.rss(), d.peak_rss()
-        print(f"\nnsqd compressed fuzz (NSQ_FUZZ_SEED={seed}): {n} connections, "
+        print(f"\nnsqd compressed fuzz (NSQ_FUZZ_SEED={os.environ.get('NSQ_FUZZ_SEED', '1')}): {n} connections, "
               f"{stats.pop('bytes') / MiB:.1f} MiB of stream in {elapsed:.1f}s; {dict(stats)}; RSS before "
               f"{rss_before / MiB:.1f} MiB, after {rss_after / MiB:.1f} MiB, peak {peak / MiB:.1f} MiB; "
               f"internal errors logged: {d.log_count('internal error')}")

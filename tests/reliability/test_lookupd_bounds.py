@@ -42,12 +42,6 @@ class V1Conn(RawConn):
         await self.send(data)
         return await self._next(timeout)
 
-    async def aclose(self) -> None:
-        self.writer.close()
-        try:
-            await self.writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass
 
 
 @pytest.fixture

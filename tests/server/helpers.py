@@ -104,6 +104,16 @@ class RawConn:
             except asyncio.TimeoutError:
                 raise AssertionError(f"connection not closed within {timeout}s (got {got!r})") from None
 
+    def close(self) -> None:
+        self.writer.close()
+
+    async def aclose(self) -> None:
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
+
 
 class Conn(RawConn):
     """One raw V2 TCP connection to nsqd."""
@@ -159,15 +169,6 @@ class Conn(RawConn):
         await self.send(c.pub(topic, body))
         await self.expect_ok()
 
-    def close(self) -> None:
-        self.writer.close()
-
-    async def aclose(self) -> None:
-        self.writer.close()
-        try:
-            await self.writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass
 
 
 class HTTP:

@@ -87,12 +87,6 @@ class LConn(RawConn):
                 "broadcast_address": self.info["broadcast_address"], "tcp_port": self.info["tcp_port"],
                 "http_port": self.info["http_port"], "version": self.info["version"]}
 
-    async def aclose(self) -> None:
-        self.writer.close()
-        try:
-            await self.writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass
 
 
 # -- fixtures --------------------------------------------------------------------------

@@ -35,14 +35,13 @@ pending deferred messages.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import random
 import struct
 from collections.abc import Callable
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH, decode_message
+from nsq.server.nsqd.atomicfile import replace_atomically
 
 __all__ = ["DeferredLog"]
 
@@ -296,22 +295,9 @@ class DeferredLog:
             payload = _DUE.pack(due) + _MSG_HDR.pack(ts, attempts) + msg_id + body
             parts.append(_HDR.pack(len(payload) + 1, _ADD) + payload)
         data = b"".join(parts)
-        tmp = f"{self.path}.{random.getrandbits(62)}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
+            replace_atomically(self.path, data)
         except OSError as exc:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
             log.error("DEFERRED(%s): failed to compact %s, appending to it - %s", self.name, self.path, exc)
             if self._fd is None:
                 # _size is where the whole records loaded at start end

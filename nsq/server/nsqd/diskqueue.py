@@ -74,16 +74,15 @@ answers OK. ``sync_timeout`` is only stored; the owner runs the timer.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import random
 import re
 import struct
 import threading
 from collections.abc import Callable
 from itertools import chain
 
+from .atomicfile import NO_SPACE, replace_atomically, write_all
 from .backend import BackendFull, BackendQueue
 
 __all__ = ["DiskQueue"]
@@ -93,10 +92,6 @@ logger = logging.getLogger("nsq.nsqd")
 _SIZE = struct.Struct(">i")
 _READ_CHUNK = 1 << 20  # read ahead this much per syscall
 _META_RE = re.compile(rb"\A(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n")
-#: errors of a disk with no room left (a new file cannot be written)
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-
-
 def _listdir(path: str) -> list[str]:
     try:
         return os.listdir(path)
@@ -108,20 +103,6 @@ def _strerror(e: OSError) -> str:
     """``e``'s text as Go prints an errno (``no space left on device``)."""
     text = e.strerror or str(e)
     return text[:1].lower() + text[1:]
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """``write`` until all of ``data`` is written at the fd's position.
-
-    Raises:
-        OSError: the write failed (``ENOSPC``, ``EIO`` ...).
-    """
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        if n <= 0:
-            raise OSError(errno.EIO, "short write")
-        view = view[n:]
 
 
 class DiskQueue(BackendQueue):
@@ -647,21 +628,10 @@ class DiskQueue(BackendQueue):
         self._write_meta(self._meta_text())
 
     def _write_meta(self, text: bytes) -> None:
-        tmp = f"{self._meta_path}.{random.getrandbits(62)}.tmp"
         try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                _write_all(fd, text)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self._meta_path)
+            replace_atomically(self._meta_path, text)
         except OSError as e:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
-            if e.errno not in _NO_SPACE or not self._write_meta_in_place(text):
+            if e.errno not in NO_SPACE or not self._write_meta_in_place(text):
                 raise
             return
         try:  # make the rename durable
@@ -681,7 +651,7 @@ class DiskQueue(BackendQueue):
         except OSError:
             return False
         try:
-            _write_all(fd, text)
+            write_all(fd, text)
             os.ftruncate(fd, len(text))
             os.fsync(fd)
         except OSError as e:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import re
 from typing import TYPE_CHECKING, Any
 
 from nsq import NSQ_VERSION
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
+from nsq.server.nsqd.atomicfile import replace_atomically
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD
@@ -50,25 +50,7 @@ def write_metadata(data_path: str, meta: dict[str, Any]) -> None:
         OSError: the file cannot be written (the old one is left as it was).
     """
     path = os.path.join(data_path, METADATA_FILE)
-    tmp = f"{path}.{random.getrandbits(63)}.tmp"
-    data = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError:
-        # a full disk: the old file stays whole, no temp file is left behind
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
+    replace_atomically(path, json.dumps(meta, separators=(",", ":"), sort_keys=True).encode())
 
 
 def read_metadata(data_path: str) -> list[dict[str, Any]]:
