@@ -116,7 +116,7 @@ class HTTPListener:
             OSError: the address cannot be bound.
             ValueError: a malformed address.
         """
-        from nsq.server.addresses import split_host_port
+        from nsq._internal.addresses import split_host_port
 
         host, port = split_host_port(address)
         first = self._runner is None

@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
-from nsq.server.durations import parse_duration
+from nsq._internal.durations import parse_duration
 
 __all__ = ["ConfigError", "OptionSpec", "coerce", "load_config"]
 

@@ -15,7 +15,7 @@ import logging
 import socket
 
 from nsq.protocol.names import is_ephemeral
-from nsq.server.addresses import fmt_addr, split_host_port
+from nsq._internal.addresses import fmt_addr, split_host_port
 from nsq.server.lookupd.options import LookupdOptions
 from nsq.server.lookupd.protocol_v1 import LookupProtocolV1
 from nsq.server.lookupd.registration_db import Peer, Producer, RegistrationDB

@@ -36,7 +36,7 @@ from nsq.protocol.lookupd import (
     V1ServerParser,
     encode_response,
 )
-from nsq.server.addresses import fmt_addr
+from nsq._internal.addresses import fmt_addr
 from nsq.server.lookupd.registration_db import Peer, Producer
 
 if TYPE_CHECKING:

@@ -24,6 +24,8 @@ regexes matches the channel ("" for publishes). Regexes are searched (Go's
 
 from __future__ import annotations
 
+from nsq.protocol.errors import NSQError
+
 import asyncio
 import json
 import random
@@ -35,7 +37,7 @@ from urllib.parse import urlencode
 __all__ = ["AuthError", "Authorization", "AuthState", "query_any_authd"]
 
 
-class AuthError(Exception):
+class AuthError(NSQError):
     """No auth server gave a usable answer (the client sees ``E_AUTH_FAILED``)."""
 
 

@@ -13,12 +13,14 @@ module defines the interface and the two backends that need no disk:
 
 from __future__ import annotations
 
+from nsq.protocol.errors import NSQError
+
 from collections.abc import Callable
 
 __all__ = ["BackendQueue", "BackendFull", "DiscardBackend", "NoDiskBackend"]
 
 
-class BackendFull(Exception):
+class BackendFull(NSQError):
     """The backend cannot take the message (the publish must be refused).
 
     Attributes:

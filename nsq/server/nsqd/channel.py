@@ -17,7 +17,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from nsq.protocol.errors import ProtocolError
+from nsq.protocol.errors import NSQError, ProtocolError
 from nsq.protocol.message import decode_message, encode_message
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
@@ -35,7 +35,7 @@ _seq = itertools.count()
 _DEFER_MS = operator.itemgetter(4)
 
 
-class ChannelError(Exception):
+class ChannelError(NSQError):
     """FIN/REQ/TOUCH of a message that is not in flight to this client.
 
     The text is Go's (``ID not in flight``, ``client does not own message``).

@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from nsq import NSQ_VERSION
+from nsq._internal.addresses import fmt_addr
 from nsq.protocol import v2
 from nsq.protocol.errors import (
     E_BAD_BODY,
@@ -187,7 +188,7 @@ class ClientV2(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             host = peer[0]
-            self.remote_address = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+            self.remote_address = fmt_addr(host, peer[1])
             self.client_id = self.hostname = host
         self.last_recv = self._loop.time()
         self.nsqd.add_client(self)

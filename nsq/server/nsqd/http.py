@@ -296,7 +296,7 @@ class NSQDHTTPServer:
                 if level not in ("debug", "info", "warn", "error", "fatal"):
                     raise HTTPError(400, "INVALID_VALUE")
                 opts.log_level = level
-                from nsq.server.logs import set_level
+                from nsq._internal.logs import set_level
 
                 set_level(level)
             else:

@@ -27,7 +27,7 @@ from nsq.protocol.lookupd import (
     encode_register,
     encode_unregister,
 )
-from nsq.server.addresses import fmt_addr, split_host_port
+from nsq._internal.addresses import fmt_addr, split_host_port
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD

@@ -17,8 +17,9 @@ from nsq import NSQ_VERSION
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
 from nsq.protocol.names import is_valid_channel_name
 from nsq.protocol.v2 import Limits
-from nsq.server.addresses import fmt_addr as _fmt_addr
-from nsq.server.addresses import split_host_port
+from nsq._internal.addresses import fmt_addr as _fmt_addr
+from nsq._internal.addresses import split_host_port
+from nsq._internal.dirlock import DirLock
 from nsq.server.nsqd.backend import BackendQueue, DiscardBackend, NoDiskBackend
 from nsq.server.nsqd.lookup import Lookupds
 from nsq.server.nsqd.options import ConfigError, NSQDOptions, validate
@@ -92,7 +93,7 @@ class NSQD:
         self._disk_queues: set = set()
         self._loading = False
         self._metadata_failed = False  # nsqd.dat could not be written: retry
-        self._dir_lock: int | None = None
+        self._dir_lock: DirLock | None = None
         self._disk_thread = None
         self._strict: set = set()
         #: connections to the nsqlookupds (--lookupd-tcp-address)
@@ -726,25 +727,17 @@ class NSQD:
     # -- data path lock ----------------------------------------------------------
 
     def _lock_data_path(self) -> None:
-        """Take an exclusive lock on the data path, as Go's dirlock does.
+        """Take the data path's lock (:class:`~nsq._internal.dirlock.DirLock`).
 
         Raises:
             OSError: the directory is in use by another nsqd, or unusable.
         """
-        import fcntl
-
-        os.makedirs(self.data_path, exist_ok=True)
-        fd = os.open(self.data_path, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise OSError(f"--data-path={self.data_path} in use (possibly by another instance of nsqd)") from None
-        self._dir_lock = fd
+        self._dir_lock = DirLock(self.data_path)
+        self._dir_lock.lock()
 
     def _unlock_data_path(self) -> None:
         if self._dir_lock is not None:
-            os.close(self._dir_lock)
+            self._dir_lock.unlock()
             self._dir_lock = None
 
     # -- helpers -----------------------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nsq.protocol.message import default_node_id
-from nsq.server.durations import format_duration
+from nsq._internal.durations import format_duration
 from nsq.server.options import ConfigError, OptionSpec, coerce
 from nsq.server.options import load_config as _load_config
 

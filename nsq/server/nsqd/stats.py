@@ -19,7 +19,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from nsq import NSQ_VERSION, __version__
-from nsq.server.durations import format_duration
+from nsq._internal.durations import format_duration
 from nsq.server.nsqd.quantile import WindowedQuantile, merged_result
 
 if TYPE_CHECKING:

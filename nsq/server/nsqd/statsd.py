@@ -55,7 +55,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from nsq.server.addresses import split_host_port
+from nsq._internal.addresses import fmt_addr, split_host_port
 from nsq.server.nsqd.stats import get_stats, memory_stats
 
 if TYPE_CHECKING:
@@ -81,8 +81,7 @@ def resolve_prefix(template: str, broadcast_address: str, http_port: int) -> str
     """
     if not template:
         return ""
-    host = f"[{broadcast_address}]" if ":" in broadcast_address else broadcast_address
-    prefix = template.replace("%s", host_key(f"{host}:{http_port}"))
+    prefix = template.replace("%s", host_key(fmt_addr(broadcast_address, http_port)))
     return prefix if prefix.endswith(".") else prefix + "."
 
 

@@ -12,7 +12,7 @@ from collections import deque
 from itertools import repeat
 from typing import TYPE_CHECKING
 
-from nsq.protocol.errors import ProtocolError
+from nsq.protocol.errors import NSQError, ProtocolError
 from nsq.protocol.message import IDFactory, decode_message
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
@@ -27,7 +27,7 @@ __all__ = ["Topic", "TopicFull"]
 log = logging.getLogger("nsq.nsqd")
 
 
-class TopicFull(Exception):
+class TopicFull(NSQError):
     """A publish that memory cannot hold and no backend can take."""
 
 
