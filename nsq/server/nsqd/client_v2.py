@@ -2,41 +2,37 @@
 
 Bytes in -> :class:`~nsq.protocol.v2.V2ServerParser` -> commands executed
 against topics/channels -> frames appended to an output buffer that the
-daemon flushes once per event-loop turn (GUIDE "hot path": coalesced writes).
+daemon flushes once per event-loop turn (coalesced writes, as Go's bufio
+writer). Go: nsqd/protocol_v2.go ``IOLoop``/``Exec`` and nsqd/client_v2.go.
+IDENTIFY, the TLS/compression upgrades and AUTH are in
+:mod:`nsq.server.nsqd.features`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import struct
 import time
 from typing import TYPE_CHECKING, Any
 
-from nsq import NSQ_VERSION
 from nsq._internal.addresses import fmt_addr
 from nsq.protocol import v2
+from nsq.protocol.compression import Codec, CompressionError
 from nsq.protocol.errors import (
-    E_BAD_BODY,
     E_DPUB_FAILED,
     E_FIN_FAILED,
+    E_INVALID,
     E_MPUB_FAILED,
     E_PUB_FAILED,
     E_REQ_FAILED,
-    E_AUTH_DISABLED,
-    E_AUTH_FAILED,
-    E_AUTH_FIRST,
-    E_IDENTIFY_FAILED,
-    E_INVALID,
     E_TOO_MANY_CHANNEL_CONSUMERS,
-    E_UNAUTHORIZED,
     E_TOUCH_FAILED,
     ClientError,
 )
-from nsq.protocol.compression import Codec, CompressionError, DeflateCodec, SnappyCodec
 from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, HEARTBEAT, OK, encode_frame
 from nsq.server.nsqd.channel import ChannelError
+from nsq.server.nsqd.features import NegotiatedFeatures, Suspend
 from nsq.server.nsqd.topic import TopicFull
 
 if TYPE_CHECKING:
@@ -53,24 +49,6 @@ _OK_FRAME = encode_frame(FRAME_TYPE_RESPONSE, OK)
 _HEARTBEAT_FRAME = encode_frame(FRAME_TYPE_RESPONSE, HEARTBEAT)
 _CLOSE_WAIT_FRAME = encode_frame(FRAME_TYPE_RESPONSE, CLOSE_WAIT)
 
-# IDENTIFY fields Go decodes, with the JSON type each must have
-_IDENTIFY_TYPES: dict[str, type | tuple[type, ...]] = {
-    "client_id": str,
-    "hostname": str,
-    "heartbeat_interval": int,
-    "output_buffer_size": int,
-    "output_buffer_timeout": int,
-    "feature_negotiation": bool,
-    "tls_v1": bool,
-    "deflate": bool,
-    "deflate_level": int,
-    "snappy": bool,
-    "sample_rate": int,
-    "user_agent": str,
-    "msg_timeout": int,
-}
-
-
 _COMMAND_NAMES = {
     v2.CMD_IDENTIFY: "IDENTIFY", v2.CMD_AUTH: "AUTH", v2.CMD_SUB: "SUB", v2.CMD_PUB: "PUB", v2.CMD_MPUB: "MPUB",
     v2.CMD_DPUB: "DPUB", v2.CMD_RDY: "RDY", v2.CMD_FIN: "FIN", v2.CMD_REQ: "REQ", v2.CMD_TOUCH: "TOUCH",
@@ -78,18 +56,7 @@ _COMMAND_NAMES = {
 }
 
 
-class _Suspend(Exception):
-    """Raised by a command handler that must wait for ``future`` (a TLS
-    handshake, an auth server). ``retry``: run the same command again once
-    it is done; ``on_done``: called with the future first."""
-
-    def __init__(self, future: asyncio.Future, on_done: Any, retry: bool = False) -> None:
-        self.future = future
-        self.on_done = on_done
-        self.retry = retry
-
-
-class ClientV2(asyncio.Protocol):
+class ClientV2(NegotiatedFeatures, asyncio.Protocol):
     """A client connection speaking protocol V2.
 
     Attributes:
@@ -268,7 +235,7 @@ class ClientV2(asyncio.Protocol):
                 if self._tls_policy and not self.tls and cmd[0] != v2.CMD_IDENTIFY:
                     raise ClientError(E_INVALID, f"cannot {_COMMAND_NAMES[cmd[0]]} in current state (TLS required)")
                 handlers[cmd[0]](cmd)
-            except _Suspend as wait:
+            except Suspend as wait:
                 if wait.retry:
                     self._retry = cmd
                 self._suspend(wait)
@@ -328,7 +295,7 @@ class ClientV2(asyncio.Protocol):
             self.transport.pause_reading()
         barrier.add_done_callback(self._barrier_done)
 
-    def _suspend(self, wait: _Suspend) -> None:
+    def _suspend(self, wait: Suspend) -> None:
         """Stop reading and hold output until ``wait.future`` is done."""
         self._waiting = wait.future
         if self.transport is not None:
@@ -491,220 +458,6 @@ class ClientV2(asyncio.Protocol):
         self._schedule_heartbeat()
 
     # -- commands ----------------------------------------------------------------
-
-    def _identify(self, cmd: tuple) -> None:
-        data: dict[str, Any] = cmd[1]
-        for key, typ in _IDENTIFY_TYPES.items():
-            value = data.get(key)
-            if value is None:
-                continue
-            if typ is int:
-                ok = isinstance(value, int) and not isinstance(value, bool)
-            else:
-                ok = isinstance(value, typ)
-            if not ok:
-                raise ClientError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
-        opts = self.nsqd.options
-        self.client_id = data.get("client_id") or ""
-        self.hostname = data.get("hostname") or ""
-        self.user_agent = data.get("user_agent") or ""
-
-        hb = data.get("heartbeat_interval") or 0
-        if hb == -1:
-            heartbeat = 0.0
-        elif hb == 0:
-            heartbeat = self.heartbeat_interval
-        elif 1000 <= hb <= opts.max_heartbeat_interval * 1000:
-            heartbeat = hb / 1000.0
-        else:
-            raise ClientError(E_BAD_BODY, f"IDENTIFY heartbeat interval ({hb}) is invalid")
-
-        obt = data.get("output_buffer_timeout") or 0
-        buffer_timeout = self.output_buffer_timeout
-        if obt == -1:
-            buffer_timeout = 0.0
-        elif obt == 0:
-            pass
-        elif opts.min_output_buffer_timeout * 1000 <= obt <= opts.max_output_buffer_timeout * 1000:
-            buffer_timeout = obt / 1000.0
-        else:
-            raise ClientError(E_BAD_BODY, f"IDENTIFY output buffer timeout ({obt}) is invalid")
-        obs = data.get("output_buffer_size") or 0
-        buffer_size = self.output_buffer_size
-        if obs == -1:
-            buffer_size, buffer_timeout = 1, 0.0
-        elif obs == 0:
-            pass
-        elif 64 <= obs <= opts.max_output_buffer_size:
-            buffer_size = obs
-        else:
-            raise ClientError(E_BAD_BODY, f"IDENTIFY output buffer size ({obs}) is invalid")
-
-        rate = data.get("sample_rate") or 0
-        if not 0 <= rate <= 99:
-            raise ClientError(E_BAD_BODY, f"IDENTIFY sample rate ({rate}) is invalid")
-        mt = data.get("msg_timeout") or 0
-        msg_timeout = self.msg_timeout
-        if mt == 0:
-            pass
-        elif 1000 <= mt <= opts.max_msg_timeout * 1000:
-            msg_timeout = mt / 1000.0
-        else:
-            raise ClientError(E_BAD_BODY, f"IDENTIFY msg timeout ({mt}) is invalid")
-
-        self.heartbeat_interval = heartbeat
-        self.output_buffer_timeout = buffer_timeout
-        self.output_buffer_size = buffer_size
-        self.sample_rate = rate
-        self.msg_timeout = msg_timeout
-        self.parser.heartbeats_enabled = heartbeat > 0
-        self._schedule_heartbeat()
-
-        if not data.get("feature_negotiation"):
-            self.out += _OK_FRAME
-            return
-        nsqd = self.nsqd
-        tls = nsqd.tls_context is not None and bool(data.get("tls_v1")) and not self.tls
-        deflate = opts.deflate and bool(data.get("deflate"))
-        deflate_level = 6
-        requested = data.get("deflate_level") or 0
-        if deflate and requested > 0:
-            deflate_level = requested
-        if opts.max_deflate_level < deflate_level:
-            deflate_level = opts.max_deflate_level
-        snappy = opts.snappy and bool(data.get("snappy"))
-        if deflate and snappy:
-            raise ClientError(E_IDENTIFY_FAILED, "cannot enable both deflate and snappy compression")
-        if self._codec is not None:
-            deflate = snappy = False  # already compressed: a second IDENTIFY changes nothing
-        resp = {
-            "max_rdy_count": opts.max_rdy_count,
-            "version": NSQ_VERSION,
-            "max_msg_timeout": int(opts.max_msg_timeout * 1000),
-            "msg_timeout": int(self.msg_timeout * 1000),
-            "tls_v1": tls,
-            "deflate": deflate,
-            "deflate_level": deflate_level,
-            "max_deflate_level": opts.max_deflate_level,
-            "snappy": snappy,
-            "sample_rate": self.sample_rate,
-            "auth_required": bool(opts.auth_http_addresses),
-            "output_buffer_size": self.output_buffer_size,
-            "output_buffer_timeout": int(self.output_buffer_timeout * 1000),
-        }
-        self.out += encode_frame(FRAME_TYPE_RESPONSE, json.dumps(resp, separators=(",", ":")).encode())
-        if not (tls or deflate or snappy):
-            return
-        # the answer goes out as it is; each upgrade is then confirmed by an
-        # OK on the upgraded stream (TLS first, then compression)
-        self._write_now()
-        codec: Codec | None = None
-        if snappy:
-            # Go: chunks of output_buffer_size; unbuffered (-1): whole writes
-            codec = SnappyCodec(self.output_buffer_size if self.output_buffer_size >= 64 else 65536)
-        elif deflate:
-            codec = DeflateCodec(deflate_level)
-        if tls:
-            log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", self.remote_address)
-            task = self._loop.create_task(self._loop.start_tls(self.transport, self, nsqd.tls_context,
-                                                               server_side=True, ssl_handshake_timeout=10.0))
-            raise _Suspend(task, lambda fut: self._tls_done(fut, codec))
-        self._compress(codec)
-
-    def _write_now(self) -> None:
-        if self.out and self.transport is not None:
-            data = self._codec.encode(self.out) if self._codec is not None else self.out
-            self.transport.write(data)
-            self.out = bytearray()
-
-    def _compress(self, codec: Codec | None) -> None:
-        if codec is None:
-            return
-        log.info("PROTOCOL(V2): [%s] upgrading connection to %s", self.remote_address, codec.name)
-        self._codec = codec
-        if codec.name == "snappy":
-            self.snappy = True
-        else:
-            self.deflate = True
-        self.out += _OK_FRAME
-
-    def _tls_done(self, fut: asyncio.Future, codec: Codec | None) -> None:
-        exc = None if fut.cancelled() else fut.exception()
-        if fut.cancelled() or exc is not None:
-            log.error("PROTOCOL(V2): [%s] TLS handshake failed: %s", self.remote_address, exc)
-            transport = self.transport
-            self.out = bytearray()
-            if transport is not None:
-                transport.abort()
-            self.connection_lost(exc)
-            return
-        self.transport = fut.result()
-        self.tls = True
-        self.ssl_object = self.transport.get_extra_info("ssl_object")
-        cert = self.ssl_object.getpeercert() if self.ssl_object is not None else None
-        for rdn in (cert or {}).get("subject", ()):
-            for key, value in rdn:
-                if key == "commonName":
-                    self.tls_common_name = value
-        self.out += _OK_FRAME
-        self._write_now()
-        self._compress(codec)
-
-    # -- AUTH --------------------------------------------------------------------
-
-    def _auth(self, cmd: tuple) -> None:
-        if self.auth_state is not None and self.auth_state.authorizations:
-            raise ClientError(E_INVALID, "AUTH already set")
-        if not self.nsqd.options.auth_http_addresses:
-            raise ClientError(E_AUTH_DISABLED, "AUTH disabled")
-        self.auth_secret = cmd[1].decode("utf-8", "replace")
-        raise _Suspend(self._loop.create_task(self._query_auth()), self._auth_done)
-
-    async def _query_auth(self) -> Any:
-        from nsq.server.nsqd.auth import query_any_authd
-
-        remote_ip = self.remote_address.rsplit(":", 1)[0].strip("[]")
-        return await query_any_authd(self.nsqd.auth_session(), self.nsqd.options.auth_http_addresses, remote_ip,
-                                     self.tls, self.tls_common_name, self.auth_secret)
-
-    def _auth_done(self, fut: asyncio.Future) -> None:
-        exc = None if fut.cancelled() else fut.exception()
-        if fut.cancelled() or exc is not None:
-            # the auth server's error stays in the log, not with the client
-            log.warning("PROTOCOL(V2): [%s] AUTH failed %s", self.remote_address, exc)
-            raise ClientError(E_AUTH_FAILED, "AUTH failed")
-        self.auth_state = state = fut.result()
-        if not state.authorizations:
-            raise ClientError(E_UNAUTHORIZED, "AUTH no authorizations found")
-        body = {"identity": state.identity, "identity_url": state.identity_url,
-                "permission_count": len(state.authorizations)}
-        self.out += encode_frame(FRAME_TYPE_RESPONSE, json.dumps(body, separators=(",", ":")).encode())
-
-    def _refresh_done(self, fut: asyncio.Future) -> None:
-        exc = None if fut.cancelled() else fut.exception()
-        if fut.cancelled() or exc is not None:
-            log.warning("PROTOCOL(V2): [%s] AUTH failed - %s", self.remote_address, exc)
-            self._auth_refresh_failed = True
-        else:
-            self.auth_state = fut.result()
-
-    def _check_auth(self, command: str, topic: str, channel: str) -> None:
-        """Go's CheckAuth for SUB/PUB/MPUB/DPUB (a no-op without auth servers).
-
-        Raises:
-            ClientError: E_AUTH_FIRST, E_AUTH_FAILED, E_UNAUTHORIZED (fatal).
-            _Suspend: the cached answer lapsed; asks again, then retries.
-        """
-        state = self.auth_state
-        if state is None or not state.authorizations:
-            raise ClientError(E_AUTH_FIRST, f"AUTH required before {command}")
-        if self._auth_refresh_failed:
-            self._auth_refresh_failed = False
-            raise ClientError(E_AUTH_FAILED, "AUTH failed")
-        if state.is_expired():
-            raise _Suspend(self._loop.create_task(self._query_auth()), self._refresh_done, retry=True)
-        if not state.is_allowed(topic, channel):
-            raise ClientError(E_UNAUTHORIZED, f'AUTH failed for {command} on "{topic}" "{channel}"')
 
     def _sub(self, cmd: tuple) -> None:
         _, topic_name, channel_name = cmd
