@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 import time
 from typing import TYPE_CHECKING
 
 from nsq import NSQ_VERSION
-from nsq.protocol.message import MIN_MESSAGE_LENGTH
 from nsq.protocol.names import is_valid_channel_name
 from nsq.protocol.v2 import Limits
 from nsq._internal.addresses import fmt_addr as _fmt_addr
 from nsq._internal.addresses import split_host_port
-from nsq._internal.dirlock import DirLock
-from nsq.server.nsqd.backend import BackendQueue, DiscardBackend, NoDiskBackend
+from nsq.server.nsqd.backend import BackendQueue
+from nsq.server.nsqd.datapath import DataPath
 from nsq.server.nsqd.lookup import Lookupds
 from nsq.server.nsqd.options import ConfigError, NSQDOptions, validate
 from nsq.server.nsqd.topic import Topic
@@ -90,12 +88,10 @@ class NSQD:
         self.health = "OK"
         #: where disk queues and nsqd.dat live; "" = memory only
         self.data_path = self.options.data_path
-        self._disk_queues: set = set()
+        #: the data path's lock, disk queues, disk thread, exit reserve
+        self.disk = DataPath(self.data_path, self.options, self.set_health, lambda: self.health == "OK")
         self._loading = False
         self._metadata_failed = False  # nsqd.dat could not be written: retry
-        self._dir_lock: DirLock | None = None
-        self._disk_thread = None
-        self._strict: set = set()
         #: connections to the nsqlookupds (--lookupd-tcp-address)
         self.lookupds = Lookupds(self)
         self._lookupd_http = None
@@ -132,12 +128,7 @@ class NSQD:
         self.start_time = int(time.time())
         self._setup_tls()
         if self.data_path:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._lock_data_path()
-            self._make_reserve()
-            # one thread for every fsync, so the event loop never waits on the disk
-            self._disk_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsqd-disk")
+            self.disk.open()
             self._load_metadata()
             self._metadata_loaded = True
         host, port = split_host_port(self.options.tcp_address)
@@ -157,7 +148,7 @@ class NSQD:
             self.http_host, self.http_port = await self._http.start(self.options.http_address)
         except BaseException:
             self._tcp_server.close()
-            self._unlock_data_path()
+            self.disk.unlock()
             raise
         log.info("HTTP: listening on %s", _fmt_addr(self.http_host, self.http_port))
         if self.tls_context is not None and self.options.https_address:
@@ -167,7 +158,7 @@ class NSQD:
             except BaseException:
                 self._tcp_server.close()
                 await self._http.stop()
-                self._unlock_data_path()
+                self.disk.unlock()
                 raise
             log.info("HTTPS: listening on %s", _fmt_addr(self.https_host, self.https_port))
         # as Go: unset broadcast ports become the bound ones (/config shows them)
@@ -252,13 +243,9 @@ class NSQD:
                 topic.close(delete=False)
             except Exception:
                 log.exception("TOPIC(%s): failed to close cleanly", topic.name)
-        if self._metadata_failed and self.release_reserve():
+        if self._metadata_failed and self.disk.release_reserve():
             self.persist_metadata()
-        self._disk_queues.clear()
-        if self._disk_thread is not None:
-            self._disk_thread.shutdown(wait=True)
-            self._disk_thread = None
-        self._unlock_data_path()
+        self.disk.close()
         if self._scan_task is not None:
             self._scan_task.cancel()
             try:
@@ -324,90 +311,29 @@ class NSQD:
         return True
 
     def make_backend(self, name: str, ephemeral: bool) -> BackendQueue:
-        """The overflow backend for a topic (``name``) or channel (``topic:channel``).
-
-        Ephemeral: discard. Durable with a ``data_path``: a go-diskqueue
-        format :class:`~nsq.server.nsqd.diskqueue.DiskQueue`. Durable without
-        one (embedded, memory only): refuse overflow.
-        """
-        if ephemeral:
-            return DiscardBackend()
-        if not self.data_path:
-            return NoDiskBackend()
-        from nsq.server.nsqd.diskqueue import DiskQueue
-
-        opts = self.options
-        dq = DiskQueue(
-            name,
-            self.data_path,
-            max_bytes_per_file=opts.max_bytes_per_file,
-            min_msg_size=MIN_MESSAGE_LENGTH,
-            max_msg_size=opts.max_msg_size + MIN_MESSAGE_LENGTH,
-            sync_every=opts.sync_every,
-            sync_timeout=opts.sync_timeout,
-        )
-        if self._disk_thread is not None:
-            dq.background = self._disk_thread.submit
-            dq.strict_hook = self._strict_write
-        self._disk_queues.add(dq)
-        return dq
+        """The overflow backend for a topic or channel (:meth:`DataPath.make_backend`)."""
+        return self.disk.make_backend(name, ephemeral)
 
     def make_deferred_log(self, name: str, ephemeral: bool):
-        """A :class:`~nsq.server.nsqd.deferredlog.DeferredLog` for a durable
-        channel ``topic:channel`` when there is a data path, else None."""
-        if ephemeral or not self.data_path:
-            return None
-        from nsq.server.nsqd.deferredlog import DeferredLog
-
-        dlog = DeferredLog(name, self.data_path, self.options.sync_every)
-        if self._disk_thread is not None:
-            dlog.background = self._disk_thread.submit
-            dlog.strict_hook = self._strict_write
-        self._disk_queues.add(dlog)
-        return dlog
-
-    # -- --sync-every=1: durable before OK, fsync off the event loop -------------
-
-    def _strict_write(self, queue) -> None:
-        """A queue wrote under --sync-every=1 and must be synced before OK."""
-        if not self._strict:
-            assert self._loop is not None
-            self._loop.call_soon(self._sync_strict_leftovers)
-        self._strict.add(queue)
+        """The deferred log of a durable channel, or None (:meth:`DataPath.make_deferred_log`)."""
+        return self.disk.make_deferred_log(name, ephemeral)
 
     @property
     def sync_owed(self) -> bool:
         """True if a --sync-every=1 write awaits its fsync (checked per command)."""
-        return bool(self._strict)
+        return self.disk.sync_owed
 
     def durability_barrier(self) -> asyncio.Future | None:
-        """Start the syncs owed since the last call; None if none are owed.
-
-        The caller (a PUB's connection, an HTTP /pub) answers only when the
-        returned future is done; other clients go on meanwhile. The future
-        fails with OSError if a sync failed.
-        """
-        if not self._strict:
-            return None
-        futures = []
-        for queue in self._strict:
-            fut = queue.sync_in_background()
-            if fut is not None:
-                futures.append(asyncio.wrap_future(fut))
-        self._strict.clear()
-        if not futures:
-            return None
-        return asyncio.gather(*futures)
-
-    def _sync_strict_leftovers(self) -> None:
-        """Writes no publisher waits for (timeouts, requeues): sync them too."""
-        barrier = self.durability_barrier()
-        if barrier is not None:
-            barrier.add_done_callback(_log_sync_failure)
+        """The fsyncs owed before answering OK (:meth:`DataPath.durability_barrier`)."""
+        return self.disk.durability_barrier()
 
     def forget_backend(self, backend) -> None:
         """Stop syncing a backend that was closed or deleted."""
-        self._disk_queues.discard(backend)
+        self.disk.forget_backend(backend)
+
+    def write_at_exit(self, backend: BackendQueue, records: list[bytes], subject: str) -> None:
+        """Write messages held in memory at exit (:meth:`DataPath.write_at_exit`)."""
+        self.disk.write_at_exit(backend, records, subject)
 
     def notify_channel_created(self, topic: Topic, channel: Channel) -> None:
         """A channel appeared: persist metadata, REGISTER it with the lookupds."""
@@ -616,129 +542,11 @@ class NSQD:
                     self._armed.discard(channel)
             if now >= next_sync:
                 next_sync = now + self.options.sync_timeout
-                self._sync_disk_queues()
+                self.disk.sync_queues()
                 if self._metadata_failed:
                     self.persist_metadata()
                 if self.health != "OK" and self.data_path:
-                    self._probe_disk()
-
-    def _sync_disk_queues(self) -> None:
-        """fsync every disk queue written since its last sync (--sync-timeout)."""
-        for dq in list(self._disk_queues):
-            if dq.needs_sync:
-                try:
-                    dq.sync_in_background()
-                except OSError as exc:
-                    self.set_health(f"failed to sync disk queue - {exc}")
-
-    # -- the exit reserve --------------------------------------------------------
-
-    #: bytes set aside in the data path (at most 1/8 of the free space) for
-    #: what must be written at exit when the disk has filled up
-    RESERVE_BYTES = 4 << 20
-    RESERVE_FILE = "nsqd.reserve"
-
-    def _make_reserve(self) -> None:
-        """Create ``nsqd.reserve`` (zeros, real blocks) unless it exists.
-
-        At exit on a full disk it is deleted to make room for the messages
-        held in memory (in flight, requeued) and for ``nsqd.dat``.
-        """
-        path = os.path.join(self.data_path, self.RESERVE_FILE)
-        try:
-            if os.path.exists(path):
-                return
-            st = os.statvfs(self.data_path)
-            size = min(self.RESERVE_BYTES, st.f_bavail * st.f_frsize // 8)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                chunk = bytes(1 << 16)
-                done = 0
-                while done < size:
-                    done += os.write(fd, chunk[:size - done])
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            if self.health == "OK":
-                log.warning("failed to create %s - %s", path, exc)
-            try:
-                os.remove(path)
-            except OSError:
-                pass
-
-    #: bytes written (then deleted) to test whether the data path takes writes
-    PROBE_BYTES = 64 << 10
-
-    def _probe_disk(self) -> None:
-        """While unhealthy: if the data path takes a write again, report OK
-        (so /ping recovers even when no publish needs the disk; the queues
-        retry their writes at the next one) and make the reserve whole."""
-        path = os.path.join(self.data_path, "nsqd.probe")
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                if os.write(fd, bytes(self.PROBE_BYTES)) < self.PROBE_BYTES:
-                    return  # nearly full
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError:
-            return
-        finally:
-            try:
-                os.remove(path)
-            except OSError:
-                pass
-        self._make_reserve()
-        for queue in list(self._disk_queues):
-            if getattr(queue, "error", None) is not None:
-                queue.error = None
-        log.info("NSQ: data path takes writes again")
-        self.set_health(None)
-
-    def release_reserve(self) -> bool:
-        """Delete ``nsqd.reserve`` to make room on a full disk; True if it existed."""
-        if not self.data_path:
-            return False
-        path = os.path.join(self.data_path, self.RESERVE_FILE)
-        try:
-            os.remove(path)
-        except OSError:
-            return False
-        log.warning("disk full: released %s to write what is in memory", path)
-        return True
-
-    def write_at_exit(self, backend: BackendQueue, records: list[bytes], subject: str) -> None:
-        """Write ``records`` (messages held in memory) to ``backend`` at exit.
-
-        On a full disk the reserve is released and the write retried; what
-        still cannot be written is logged with its count. Never raises.
-        """
-        from nsq.server.nsqd.backend import put_overflow
-
-        stored = put_overflow(backend, records, self.set_health)
-        if stored < len(records) and self.release_reserve():
-            stored += put_overflow(backend, records[stored:], self.set_health)
-        if stored < len(records):
-            log.error("%s: %d messages could not be written at exit - %s",
-                      subject, len(records) - stored, backend.error or "write failed")
-
-    # -- data path lock ----------------------------------------------------------
-
-    def _lock_data_path(self) -> None:
-        """Take the data path's lock (:class:`~nsq._internal.dirlock.DirLock`).
-
-        Raises:
-            OSError: the directory is in use by another nsqd, or unusable.
-        """
-        self._dir_lock = DirLock(self.data_path)
-        self._dir_lock.lock()
-
-    def _unlock_data_path(self) -> None:
-        if self._dir_lock is not None:
-            self._dir_lock.unlock()
-            self._dir_lock = None
+                    self.disk.probe()
 
     # -- helpers -----------------------------------------------------------------
 
@@ -747,7 +555,3 @@ class NSQD:
         """The OS hostname (``/info`` ``hostname``)."""
         return socket.gethostname()
 
-
-def _log_sync_failure(fut: asyncio.Future) -> None:
-    if not fut.cancelled() and fut.exception() is not None:
-        log.error("failed to sync - %s", fut.exception())

@@ -1,0 +1,274 @@
+"""The data path of an nsqd: its lock, its disk queues and deferred logs,
+the disk thread that fsyncs them, ``--sync-every=1``'s durability barrier,
+and what keeps a full disk from losing anything (the exit reserve, the
+health probe).
+
+Go keeps these in nsqd/nsqd.go (``New``'s dirlock, ``PersistMetadata``)
+and in each go-diskqueue's own goroutine; here one object owns them and the
+daemon (:class:`~nsq.server.nsqd.nsqd.NSQD`) delegates to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+
+from nsq._internal.dirlock import DirLock
+from nsq.protocol.message import MIN_MESSAGE_LENGTH
+from nsq.server.nsqd.backend import BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
+
+__all__ = ["DataPath"]
+
+log = logging.getLogger("nsq.nsqd")
+
+
+class DataPath:
+    """Everything nsqd keeps in ``--data-path`` ("" = memory only).
+
+    Args:
+        path: the directory ("" for an embedded memory-only nsqd).
+        options: the daemon's :class:`~nsq.server.nsqd.options.NSQDOptions`.
+        set_health: the daemon's ``set_health`` (error text, or None = OK).
+        healthy: returns True while the daemon reports OK.
+
+    Attributes:
+        queues: open disk queues and deferred logs (synced every
+            ``--sync-timeout``).
+    """
+
+    def __init__(self, path: str, options, set_health: Callable[[str | None], None],
+                 healthy: Callable[[], bool]) -> None:
+        self.path = path
+        self.options = options
+        self._set_health = set_health
+        self._healthy = healthy
+        self.queues: set = set()
+        self._strict: set = set()
+        self._thread = None
+        self._lock: DirLock | None = None
+
+    def open(self) -> None:
+        """Lock the directory, make the exit reserve, start the disk thread.
+
+        Raises:
+            OSError: the directory is in use by another nsqd, or unusable.
+        """
+        if not self.path:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._lock = DirLock(self.path)
+        self._lock.lock()
+        self.make_reserve()
+        # one thread for every fsync, so the event loop never waits on the disk
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsqd-disk")
+
+    def close(self) -> None:
+        """Wait for the disk thread's work, release the lock (idempotent)."""
+        self.queues.clear()
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
+        self.unlock()
+
+    def unlock(self) -> None:
+        """Release the directory lock (a failed start)."""
+        if self._lock is not None:
+            self._lock.unlock()
+            self._lock = None
+
+    # -- queues --------------------------------------------------------------------
+
+    def make_backend(self, name: str, ephemeral: bool) -> BackendQueue:
+        """The overflow backend for a topic (``name``) or channel (``topic:channel``).
+
+        Ephemeral: discard. Durable with a ``data_path``: a go-diskqueue
+        format :class:`~nsq.server.nsqd.diskqueue.DiskQueue`. Durable without
+        one (embedded, memory only): refuse overflow.
+        """
+        if ephemeral:
+            return DiscardBackend()
+        if not self.path:
+            return NoDiskBackend()
+        from nsq.server.nsqd.diskqueue import DiskQueue
+
+        opts = self.options
+        dq = DiskQueue(
+            name,
+            self.path,
+            max_bytes_per_file=opts.max_bytes_per_file,
+            min_msg_size=MIN_MESSAGE_LENGTH,
+            max_msg_size=opts.max_msg_size + MIN_MESSAGE_LENGTH,
+            sync_every=opts.sync_every,
+            sync_timeout=opts.sync_timeout,
+        )
+        if self._thread is not None:
+            dq.background = self._thread.submit
+            dq.strict_hook = self._strict_write
+        self.queues.add(dq)
+        return dq
+
+    def make_deferred_log(self, name: str, ephemeral: bool):
+        """A :class:`~nsq.server.nsqd.deferredlog.DeferredLog` for a durable
+        channel ``topic:channel`` when there is a data path, else None."""
+        if ephemeral or not self.path:
+            return None
+        from nsq.server.nsqd.deferredlog import DeferredLog
+
+        dlog = DeferredLog(name, self.path, self.options.sync_every)
+        if self._thread is not None:
+            dlog.background = self._thread.submit
+            dlog.strict_hook = self._strict_write
+        self.queues.add(dlog)
+        return dlog
+
+    # -- --sync-every=1: durable before OK, fsync off the event loop -------------
+
+    def _strict_write(self, queue) -> None:
+        """A queue wrote under --sync-every=1 and must be synced before OK."""
+        if not self._strict:
+            asyncio.get_running_loop().call_soon(self._sync_strict_leftovers)
+        self._strict.add(queue)
+
+    @property
+    def sync_owed(self) -> bool:
+        """True if a --sync-every=1 write awaits its fsync (checked per command)."""
+        return bool(self._strict)
+
+    def durability_barrier(self) -> asyncio.Future | None:
+        """Start the syncs owed since the last call; None if none are owed.
+
+        The caller (a PUB's connection, an HTTP /pub) answers only when the
+        returned future is done; other clients go on meanwhile. The future
+        fails with OSError if a sync failed.
+        """
+        if not self._strict:
+            return None
+        futures = []
+        for queue in self._strict:
+            fut = queue.sync_in_background()
+            if fut is not None:
+                futures.append(asyncio.wrap_future(fut))
+        self._strict.clear()
+        if not futures:
+            return None
+        return asyncio.gather(*futures)
+
+    def _sync_strict_leftovers(self) -> None:
+        """Writes no publisher waits for (timeouts, requeues): sync them too."""
+        barrier = self.durability_barrier()
+        if barrier is not None:
+            barrier.add_done_callback(_log_sync_failure)
+
+    def forget_backend(self, backend) -> None:
+        """Stop syncing a backend that was closed or deleted."""
+        self.queues.discard(backend)
+
+    # -- syncing -----------------------------------------------------------------
+
+    def sync_queues(self) -> None:
+        """fsync every disk queue written since its last sync (--sync-timeout)."""
+        for dq in list(self.queues):
+            if dq.needs_sync:
+                try:
+                    dq.sync_in_background()
+                except OSError as exc:
+                    self._set_health(f"failed to sync disk queue - {exc}")
+
+    # -- the exit reserve and the health probe ------------------------------------
+
+    #: bytes set aside in the data path (at most 1/8 of the free space) for
+    #: what must be written at exit when the disk has filled up
+    RESERVE_BYTES = 4 << 20
+    RESERVE_FILE = "nsqd.reserve"
+
+    def make_reserve(self) -> None:
+        """Create ``nsqd.reserve`` (zeros, real blocks) unless it exists.
+
+        At exit on a full disk it is deleted to make room for the messages
+        held in memory (in flight, requeued) and for ``nsqd.dat``.
+        """
+        path = os.path.join(self.path, self.RESERVE_FILE)
+        try:
+            if os.path.exists(path):
+                return
+            st = os.statvfs(self.path)
+            size = min(self.RESERVE_BYTES, st.f_bavail * st.f_frsize // 8)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                chunk = bytes(1 << 16)
+                done = 0
+                while done < size:
+                    done += os.write(fd, chunk[:size - done])
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if self._healthy():
+                log.warning("failed to create %s - %s", path, exc)
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+
+    #: bytes written (then deleted) to test whether the data path takes writes
+    PROBE_BYTES = 64 << 10
+
+    def probe(self) -> None:
+        """While unhealthy: if the data path takes a write again, report OK
+        (so /ping recovers even when no publish needs the disk; the queues
+        retry their writes at the next one) and make the reserve whole."""
+        path = os.path.join(self.path, "nsqd.probe")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                if os.write(fd, bytes(self.PROBE_BYTES)) < self.PROBE_BYTES:
+                    return  # nearly full
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            return
+        finally:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+        self.make_reserve()
+        for queue in list(self.queues):
+            if getattr(queue, "error", None) is not None:
+                queue.error = None
+        log.info("NSQ: data path takes writes again")
+        self._set_health(None)
+
+    def release_reserve(self) -> bool:
+        """Delete ``nsqd.reserve`` to make room on a full disk; True if it existed."""
+        if not self.path:
+            return False
+        path = os.path.join(self.path, self.RESERVE_FILE)
+        try:
+            os.remove(path)
+        except OSError:
+            return False
+        log.warning("disk full: released %s to write what is in memory", path)
+        return True
+
+    def write_at_exit(self, backend: BackendQueue, records: list[bytes], subject: str) -> None:
+        """Write ``records`` (messages held in memory) to ``backend`` at exit.
+
+        On a full disk the reserve is released and the write retried; what
+        still cannot be written is logged with its count. Never raises.
+        """
+        stored = put_overflow(backend, records, self._set_health)
+        if stored < len(records) and self.release_reserve():
+            stored += put_overflow(backend, records[stored:], self._set_health)
+        if stored < len(records):
+            log.error("%s: %d messages could not be written at exit - %s",
+                      subject, len(records) - stored, backend.error or "write failed")
+
+
+def _log_sync_failure(fut: asyncio.Future) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("failed to sync - %s", fut.exception())
