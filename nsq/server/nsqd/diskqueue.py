@@ -21,14 +21,8 @@ For nsqd the payload is an encoded message (8-byte timestamp, 2-byte
 attempts, 16-byte id, body), so ``min_msg_size`` is 26. A size outside
 ``[min_msg_size, max_msg_size]`` on read means the file is corrupt.
 
-The metadata file is ``"%d\\n%d,%d\\n%d,%d\\n"`` of depth, read file number,
-read position, write file number, write position, e.g. ``"2\\n0,34\\n0,102\\n"``.
-It is written to ``<meta>.<random>.tmp`` in the same directory, fsynced and
-renamed over the old one. When that temp file cannot be written (a full disk:
-``ENOSPC``, ``EDQUOT``), the meta file is rewritten in place instead: it is
-under 100 bytes, so it fits the block it already has. A torn in-place write
-(a crash in the middle) is caught at the next start, which then rebuilds the
-state by scanning the data files.
+The meta file (depth and the read and write positions) and its recovery
+by scanning are in :mod:`nsq.server.nsqd.diskqueue_meta`.
 
 Faults. A failed write leaves the queue state as it was (the caller refuses
 the publish) and sets :attr:`DiskQueue.error` until a write succeeds again.
@@ -82,8 +76,8 @@ import threading
 from collections.abc import Callable
 from itertools import chain
 
-from .atomicfile import NO_SPACE, replace_atomically, write_all
 from .backend import BackendFull, BackendQueue
+from .diskqueue_meta import format_meta, listdir, parse_meta, scan_data_files, write_meta
 
 __all__ = ["DiskQueue"]
 
@@ -91,14 +85,6 @@ logger = logging.getLogger("nsq.nsqd")
 
 _SIZE = struct.Struct(">i")
 _READ_CHUNK = 1 << 20  # read ahead this much per syscall
-_META_RE = re.compile(rb"\A(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n")
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
-
-
 def _strerror(e: OSError) -> str:
     """``e``'s text as Go prints an errno (``no space left on device``)."""
     text = e.strerror or str(e)
@@ -621,45 +607,13 @@ class DiskQueue(BackendQueue):
         self._dirty = True
 
     def _meta_text(self) -> bytes:
-        return (f"{self._depth}\n{self.read_file_num},{self.read_pos}\n"
-                f"{self.write_file_num},{self.write_pos}\n").encode()
+        return format_meta(self._depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos)
 
     def _persist_meta(self) -> None:
         self._write_meta(self._meta_text())
 
     def _write_meta(self, text: bytes) -> None:
-        try:
-            replace_atomically(self._meta_path, text)
-        except OSError as e:
-            if e.errno not in NO_SPACE or not self._write_meta_in_place(text):
-                raise
-            return
-        try:  # make the rename durable
-            dfd = os.open(self.data_path, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
-
-    def _write_meta_in_place(self, text: bytes) -> bool:
-        """Overwrite the existing meta file (no new blocks needed); False if
-        there is none or it fails too."""
-        try:
-            fd = os.open(self._meta_path, os.O_WRONLY)
-        except OSError:
-            return False
-        try:
-            write_all(fd, text)
-            os.ftruncate(fd, len(text))
-            os.fsync(fd)
-        except OSError as e:
-            logger.error("DISKQUEUE(%s) failed to write meta data in place - %s", self.name, e)
-            return False
-        finally:
-            os.close(fd)
-        return True
+        write_meta(self._meta_path, text, self.name)
 
     def _retrieve_meta(self) -> None:
         try:
@@ -668,7 +622,7 @@ class DiskQueue(BackendQueue):
         except FileNotFoundError:
             # a new queue (empty, file 0 position 0), unless data files exist:
             # a meta file never written (a full disk) must not hide them
-            if any(map(self._data_re.fullmatch, _listdir(self.data_path))):
+            if any(map(self._data_re.fullmatch, listdir(self.data_path))):
                 logger.error("DISKQUEUE(%s) has data files but no meta data file", self.name)
                 self._recover_from_files()
             return
@@ -676,9 +630,8 @@ class DiskQueue(BackendQueue):
             logger.error("DISKQUEUE(%s) failed to retrieveMetaData - %s", self.name, e)
             self._recover_from_files()
             return
-        m = _META_RE.match(raw)
-        vals = [int(v) for v in m.groups()] if m else []
-        if not m or any(v < 0 for v in vals[1:]):
+        vals = parse_meta(raw)
+        if vals is None:
             logger.error("DISKQUEUE(%s) failed to retrieveMetaData - invalid meta file %s: %r",
                          self.name, self._meta_path, raw[:80])
             self._recover_from_files()
@@ -687,45 +640,18 @@ class DiskQueue(BackendQueue):
         self._check_tail_corruption()
 
     def _recover_from_files(self) -> None:
-        """Rebuild the state from the data files after an unreadable meta file.
-
-        Reads from the start of the lowest-numbered file (records already
-        consumed there are delivered again) and appends after the last
-        complete record of the highest-numbered one.
-        """
-        names = _listdir(self.data_path)
-        nums = sorted(int(m.group(1)) for m in map(self._data_re.fullmatch, names) if m)
-        if not nums:
+        """Rebuild the state from the data files (:func:`scan_data_files`)."""
+        found = scan_data_files(self.data_path, self._data_re, self._file_name, self.min_msg_size,
+                                self.max_msg_size)
+        if found is None:
             logger.warning("DISKQUEUE(%s) no data files, starting empty", self.name)
             return
-        depth = 0
-        end = 0
-        for num in nums:
-            count, end = self._scan_file(self._file_name(num))
-            depth += count
-        self.read_file_num, self.read_pos = nums[0], 0
-        self.write_file_num, self.write_pos = nums[-1], end
-        self._depth = depth
+        self._depth, self.read_file_num, self.write_file_num, self.write_pos = found
+        self.read_pos = 0
         self._dirty = True
         logger.warning("DISKQUEUE(%s) rebuilt metadata from data files: depth %d, read %d,%d, write %d,%d",
-                       self.name, depth, self.read_file_num, self.read_pos,
+                       self.name, self._depth, self.read_file_num, self.read_pos,
                        self.write_file_num, self.write_pos)
-
-    def _scan_file(self, path: str) -> tuple[int, int]:
-        """Count the valid records at the start of a data file; return (count, end offset)."""
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
-            return 0, 0
-        pos = count = 0
-        while pos + 4 <= len(data):
-            (size,) = _SIZE.unpack_from(data, pos)
-            if size < self.min_msg_size or size > self.max_msg_size or pos + 4 + size > len(data):
-                break
-            pos += 4 + size
-            count += 1
-        return count, pos
 
     def __repr__(self) -> str:
         return (f"<DiskQueue {self.name!r} depth={self._depth} read={self.read_file_num},{self.read_pos} "

@@ -1,0 +1,142 @@
+"""A disk queue's meta file and its recovery, go-diskqueue's format.
+
+The meta file ``<name>.diskqueue.meta.dat`` is ``"%d\\n%d,%d\\n%d,%d\\n"`` of
+depth, read file number, read position, write file number, write position
+(go-diskqueue diskqueue.go ``persistMetaData`` / ``retrieveMetaData``).
+
+It is replaced atomically (:func:`~nsq.server.nsqd.atomicfile.replace_atomically`,
+then the directory is fsynced). On a full disk, where no temp file fits, it
+is rewritten in place: it is under 100 bytes, inside the block it already
+has. A meta file that is missing while data files exist, or that cannot be
+parsed (a torn in-place write), is rebuilt by :func:`scan_data_files`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+from collections.abc import Callable
+
+from .atomicfile import NO_SPACE, replace_atomically, write_all
+
+__all__ = ["format_meta", "parse_meta", "write_meta", "scan_data_files", "listdir"]
+
+log = logging.getLogger("nsq.nsqd")
+
+_SIZE = struct.Struct(">i")
+_META_RE = re.compile(rb"\A(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n")
+
+
+def format_meta(depth: int, read_num: int, read_pos: int, write_num: int, write_pos: int) -> bytes:
+    """The meta file's bytes for this state."""
+    return f"{depth}\n{read_num},{read_pos}\n{write_num},{write_pos}\n".encode()
+
+
+def parse_meta(raw: bytes) -> tuple[int, int, int, int, int] | None:
+    """``(depth, read_num, read_pos, write_num, write_pos)`` from a meta
+    file's bytes, or None if they are not a valid meta file (a negative
+    file number or position counts as invalid; a negative depth is left to
+    the queue's tail check, as Go)."""
+    m = _META_RE.match(raw)
+    if m is None:
+        return None
+    vals = tuple(int(v) for v in m.groups())
+    if any(v < 0 for v in vals[1:]):
+        return None
+    return vals  # type: ignore[return-value]
+
+
+def write_meta(meta_path: str, text: bytes, subject: str) -> None:
+    """Write the meta file: atomically, else (a full disk) in place.
+
+    Raises:
+        OSError: neither worked.
+    """
+    try:
+        replace_atomically(meta_path, text)
+    except OSError as e:
+        if e.errno not in NO_SPACE or not _write_in_place(meta_path, text, subject):
+            raise
+        return
+    try:  # make the rename durable
+        dfd = os.open(os.path.dirname(meta_path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def _write_in_place(meta_path: str, text: bytes, subject: str) -> bool:
+    """Overwrite the existing meta file (no new blocks needed); False if
+    there is none or it fails too."""
+    try:
+        fd = os.open(meta_path, os.O_WRONLY)
+    except OSError:
+        return False
+    try:
+        write_all(fd, text)
+        os.ftruncate(fd, len(text))
+        os.fsync(fd)
+    except OSError as e:
+        log.error("DISKQUEUE(%s) failed to write meta data in place - %s", subject, e)
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def listdir(path: str) -> list[str]:
+    """``os.listdir``, or [] if the directory cannot be read."""
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def scan_data_files(data_path: str, data_re: re.Pattern, file_name: Callable[[int], str], min_size: int,
+                    max_size: int) -> tuple[int, int, int, int] | None:
+    """Rebuild a queue's state from its data files.
+
+    Reads from the start of the lowest-numbered file (records already
+    consumed there are delivered again) and appends after the last complete
+    record of the highest-numbered one.
+
+    Args:
+        data_path: the directory.
+        data_re: full match of the queue's data file names, group 1 the number.
+        file_name: a data file's path from its number.
+        min_size, max_size: valid record sizes (bytes).
+
+    Returns:
+        ``(depth, first file number, last file number, end of its last
+        whole record)``, or None when there is no data file.
+    """
+    nums = sorted(int(m.group(1)) for m in map(data_re.fullmatch, listdir(data_path)) if m)
+    if not nums:
+        return None
+    depth = end = 0
+    for num in nums:
+        count, end = _scan_file(file_name(num), min_size, max_size)
+        depth += count
+    return depth, nums[0], nums[-1], end
+
+
+def _scan_file(path: str, min_size: int, max_size: int) -> tuple[int, int]:
+    """Count the valid records at the start of a data file: ``(count, end offset)``."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return 0, 0
+    pos = count = 0
+    while pos + 4 <= len(data):
+        (size,) = _SIZE.unpack_from(data, pos)
+        if size < min_size or size > max_size or pos + 4 + size > len(data):
+            break
+        pos += 4 + size
+        count += 1
+    return count, pos
