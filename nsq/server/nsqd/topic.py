@@ -20,7 +20,7 @@ from nsq.server.nsqd.channel import Channel
 from nsq.server.nsqd.message import Entry, encode_entries
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.nsqd import NSQD
+    from nsq.server.nsqd.host import QueueHost
 
 __all__ = ["Topic", "TopicFull"]
 
@@ -47,7 +47,7 @@ class Topic:
         message_count, message_bytes: published so far.
     """
 
-    def __init__(self, nsqd: NSQD, name: str, backend: BackendQueue | None = None) -> None:
+    def __init__(self, nsqd: QueueHost, name: str, backend: BackendQueue | None = None) -> None:
         self.nsqd = nsqd
         self.name = name
         self.ephemeral = is_ephemeral(name)
