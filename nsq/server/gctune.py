@@ -1,4 +1,4 @@
-"""CPython cycle-collector settings for a daemon process (issue 7).
+"""CPython cycle-collector settings for a daemon process.
 
 A delivered message lives a few milliseconds as a GC-tracked object (in
 flight until FIN). With CPython's default thresholds (700, 10, 10) such

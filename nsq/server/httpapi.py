@@ -1,6 +1,6 @@
 """HTTP API plumbing shared by nsqd and nsqlookupd (aiohttp).
 
-WIRE-FACTS "HTTP (nsqd and nsqlookupd)": every response carries
+As Go nsqd/nsqlookupd 1.2.1 (internal/http_api/api_response.go): every response carries
 ``X-NSQ-Content-Type: nsq; version=1.0``; errors are ``{"message": "TEXT"}``
 with the status code; unknown paths 404 ``NOT_FOUND``, wrong methods 405
 ``METHOD_NOT_ALLOWED``; plain successes are text, data answers JSON objects.

@@ -1,4 +1,5 @@
-"""TLS contexts for nsqd's TCP upgrade and HTTPS listener (seed 000 nsqd "TLS").
+"""TLS contexts for nsqd's TCP upgrade and HTTPS listener (https://nsq.io/components/nsqd.html#tls;
+Go: nsqd/nsqd.go ``buildTLSConfig``).
 
 Go nsqd v1.2 rules: TLS is on when both ``--tls-cert`` and ``--tls-key``
 are given; ``--tls-client-auth-policy`` ``require`` or ``require-verify``

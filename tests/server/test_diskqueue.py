@@ -177,7 +177,7 @@ def test_fully_read_files_are_deleted(tmp_path):
 
 
 def test_reader_caught_up_follows_writer_roll(tmp_path, caplog):
-    """Alternating put/read across rolls (go-diskqueue issue #42) leaves no .bad files."""
+    """Alternating put/read across rolls (https://github.com/nsqio/go-diskqueue/issues/42) leaves no .bad files."""
     dq = new(tmp_path, max_bytes=100)
     for i in range(20):
         dq.put(msg(i))

@@ -1,6 +1,6 @@
 """End-to-end processing latency: the quantile code and nsqd's /stats.
 
-Seed 000 "端到端处理延迟"; Go nsqd v1.2.1 channel.go FinishMessage,
+https://nsq.io/components/nsqd.html (e2e processing latency); Go nsqd v1.2.1 channel.go FinishMessage,
 internal/quantile, http.go printStats.
 """
 

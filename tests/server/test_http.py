@@ -1,4 +1,4 @@
-"""nsqd's HTTP API against a real in-process daemon (WIRE-FACTS "HTTP")."""
+"""nsqd's HTTP API against a real in-process daemon (Go: nsqd/http.go)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """nsqlookupd on loopback: raw V1 TCP connections and the HTTP API.
 
-Behaviour is Go nsqlookupd v1.2.1's (WIRE-FACTS "nsqlookupd TCP (protocol
-V1)" and "HTTP"): every TCP error is answered, then the connection closed;
+Behaviour is Go nsqlookupd v1.2.1's (nsqlookupd/lookup_protocol_v1.go and
+nsqlookupd/http.go): every TCP error is answered, then the connection closed;
 registrations show in /lookup, /topics, /channels, /nodes and /debug and go
 with their producer; tombstones and the inactive-producer timeout hide a
 producer from /lookup.

@@ -1,6 +1,6 @@
 """nsqd's statsd push: a real UDP socket receives what a real nsqd sends.
 
-Seed 000 "Statsd / Graphite集成"; Go nsqd v1.2.1 nsqd/statsd.go,
+https://nsq.io/components/nsqd.html#statsd--graphite-integration; Go nsqd v1.2.1 nsqd/statsd.go,
 internal/statsd, internal/writers.
 """
 

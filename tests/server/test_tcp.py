@@ -1,4 +1,4 @@
-"""nsqd TCP protocol V2 against a real in-process daemon (WIRE-FACTS "nsqd TCP")."""
+"""nsqd TCP protocol V2 against a real in-process daemon (https://nsq.io/clients/tcp_protocol_spec.html)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""nsqlookupd: the discovery daemon (seed 000 "nsqlookupd")."""
+"""nsqlookupd: the discovery daemon (https://nsq.io/components/nsqlookupd.html)."""
 
 from nsq.server.lookupd.lookupd import NSQLookupd
 from nsq.server.lookupd.options import LookupdOptions

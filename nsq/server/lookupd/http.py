@@ -1,9 +1,11 @@
-"""nsqlookupd's HTTP API (seed 000 "nsqlookupd / HTTP 接口", WIRE-FACTS "HTTP").
+"""nsqlookupd's HTTP API (https://nsq.io/components/nsqlookupd.html#http-interface;
+Go: nsqlookupd/http.go).
 
-Shapes and error texts are Go nsqlookupd v1.2's. One addition the seed
-describes ("删除和tombstones"): ``/topic/delete`` and ``/channel/delete``
-also delete the topic or channel on every nsqd registered for it, through
-that nsqd's HTTP API, before answering.
+Shapes and error texts are Go nsqlookupd v1.2's. One addition, as the
+nsqlookupd page describes deletion (https://nsq.io/components/nsqlookupd.html,
+"Deletion and Tombstones"): ``/topic/delete`` and ``/channel/delete`` also
+delete the topic or channel on every nsqd registered for it, through that
+nsqd's HTTP API, before answering (Go's nsqlookupd leaves that to nsqadmin).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""nsqlookupd options: Go flag names, config keys and defaults (seed 000
-"nsqlookupd / 命令行参数选项"). Durations are seconds (float)."""
+"""nsqlookupd options: Go flag names, config keys and defaults (Go: apps/nsqlookupd/options.go;
+https://nsq.io/components/nsqlookupd.html#command-line-options). Durations are seconds (float)."""
 
 from __future__ import annotations
 

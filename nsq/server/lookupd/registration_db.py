@@ -1,4 +1,4 @@
-"""nsqlookupd's registration DB (seed 000 "nsqlookupd", WIRE-FACTS "nsqlookupd TCP").
+"""nsqlookupd's registration DB (Go: nsqlookupd/registration_db.go).
 
 A registration is ``(category, key, subkey)``:
 

@@ -1,4 +1,5 @@
-"""AUTH: asking an auth server what a client's secret allows (seed 000 nsqd "AUTH").
+"""AUTH: asking an auth server what a client's secret allows (https://nsq.io/components/nsqd.html#auth;
+Go: nsqd/auth.go, internal/auth/authorizations.go).
 
 With ``--auth-http-address`` nsqd answers IDENTIFY with
 ``auth_required: true``; the client sends ``AUTH <secret>`` and nsqd asks

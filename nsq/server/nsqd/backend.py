@@ -1,7 +1,7 @@
 """Backend queues: where messages go when a memory queue is full.
 
 nsqd keeps up to ``--mem-queue-size`` messages per topic and per channel in
-memory and overflows the rest to a backend (seed 000 "后台/磁盘队列"). This
+memory and overflows the rest to a backend (Go: nsqd/backend_queue.go; https://nsq.io/overview/design.html). This
 module defines the interface and the two backends that need no disk:
 
 - :class:`DiscardBackend` for ``#ephemeral`` topics and channels: overflow is

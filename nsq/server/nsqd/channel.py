@@ -1,6 +1,6 @@
 """A channel: a topic's copy of the stream, shared by its consumers.
 
-Delivery is a push (GUIDE "hot path"): when a message arrives, or a client
+Delivery is a push (docs/architecture.md, "the hot path"): when a message arrives, or a client
 raises RDY / finishes a message, :meth:`Channel.pump` hands queued messages
 to ready clients synchronously. In-flight and deferred timeouts sit in heaps
 scanned by the daemon's periodic loop and are removed lazily.

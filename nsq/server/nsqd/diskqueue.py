@@ -34,7 +34,7 @@ Rules. go-diskqueue changed its roll rule around the time of nsqd 1.2.1:
 
 - v1.0.0-era writer: roll *after* a write that brings ``writePos`` to
   ``>= maxBytesPerFile`` (files run a little past the limit).
-- v1.1.0 writer (go-diskqueue issue #30): roll *before* a write when
+- v1.1.0 writer (https://github.com/nsqio/go-diskqueue/issues/30): roll *before* a write when
   ``writePos > 0 && writePos + 4 + len > maxBytesPerFile``.
 - Both readers (since go-diskqueue PR #23): for a completed file (read file
   number < write file number) read up to the file's size
@@ -53,7 +53,7 @@ Differences from Go that do not affect the files: writes are ``pwrite`` at
 bytes past the last record (left by a crash before a sync) are dropped instead
 of being read as garbage later; a reader that has caught up with the writer
 follows it to the next file without the spurious ``.bad`` file of
-go-diskqueue issue #42; a meta file that cannot be parsed is rebuilt by
+https://github.com/nsqio/go-diskqueue/issues/42; a meta file that cannot be parsed is rebuilt by
 scanning the data files instead of being half-applied.
 
 The class is synchronous and not thread-safe: call it from one thread (the

@@ -1,4 +1,5 @@
-"""nsqd's HTTP API on aiohttp (seed 000 "nsqd / HTTP API", WIRE-FACTS "HTTP").
+"""nsqd's HTTP API on aiohttp (https://nsq.io/components/nsqd.html#http-api;
+Go: nsqd/http.go).
 
 Responses carry ``X-NSQ-Content-Type: nsq; version=1.0``; errors are
 ``{"message": "TEXT"}`` with the status code; plain successes are text and

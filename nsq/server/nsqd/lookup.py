@@ -1,5 +1,5 @@
-"""nsqd's side of discovery: one connection per nsqlookupd (seed 000
-"nsqlookupd", WIRE-FACTS "nsqlookupd TCP").
+"""nsqd's side of discovery: one connection per nsqlookupd (Go: nsqd/lookup.go,
+nsqd/lookup_peer.go; https://nsq.io/components/nsqlookupd.html).
 
 Each :class:`LookupPeer` connects, sends the magic and IDENTIFY, registers
 every topic and channel this nsqd has, then forwards REGISTER/UNREGISTER as

@@ -25,7 +25,7 @@ class Message:
     """A message in flight to a client (queued ones are :data:`Entry` tuples).
 
     Attributes:
-        id: 16 ASCII hex bytes (WIRE-FACTS "Message IDs").
+        id: 16 ASCII hex bytes (Go: nsqd/guid.go ``Hex``).
         body: payload bytes, shared between the channel copies.
         timestamp: ns since the epoch when nsqd accepted it.
         attempts: deliveries so far, this one included.
@@ -53,6 +53,6 @@ def entry(msg: Message) -> Entry:
 
 def encode_entries(entries: list[Entry]) -> list[bytes]:
     """Disk records (message frame data: timestamp, attempts, id, body) for
-    ``entries`` (seed 000 "数据格式")."""
+    ``entries`` (Go: nsqd/message.go ``WriteTo``)."""
     pack = _MSG_HDR.pack
     return [pack(e[2], e[3]) + e[0] + e[1] for e in entries]

@@ -1,6 +1,6 @@
 """``nsqd.dat``: which topics and channels exist and whether they are paused.
 
-Format (WIRE-FACTS "Files"), as Go nsqd 1.2 writes it (keys sorted)::
+Format as Go nsqd 1.2 writes it (nsqd/nsqd.go ``PersistMetadata``; keys sorted)::
 
     {"topics":[{"channels":[{"name":"c","paused":false}],"name":"t","paused":false}],"version":"1.2.1"}
 

@@ -1,8 +1,8 @@
 """nsqd options: Go flag names, config-file names, defaults and coercion.
 
 :data:`OPTION_SPECS` is the single table the ``nsq nsqd`` command builds its
-flags from and :func:`load_config` reads TOML with (seed 000 "nsqd /
-命令行参数选项"). Durations are seconds (float) in :class:`NSQDOptions`.
+flags from and :func:`load_config` reads TOML with (Go: apps/nsqd/options.go, nsqd/options.go;
+https://nsq.io/components/nsqd.html#command-line-options). Durations are seconds (float) in :class:`NSQDOptions`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Streaming quantiles for nsqd's end-to-end processing latency.
 
-Seed 000 "端到端处理延迟": with ``--e2e-processing-latency-percentile``
+https://nsq.io/components/nsqd.html (``--e2e-processing-latency-percentile``): with ``--e2e-processing-latency-percentile``
 each channel records, at FIN, ``now - message timestamp`` (ns) and reports
 the configured percentiles over the last ``--e2e-processing-latency-window-time``.
 Go nsqd does this in ``internal/quantile`` on top of bmizerany/perks'

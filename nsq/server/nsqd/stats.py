@@ -1,9 +1,9 @@
 """``/stats``: the JSON shapes and the text report of Go nsqd v1.2.
 
-JSON shapes are WIRE-FACTS "HTTP": topics sorted by name, ``topics`` null
+JSON shapes are Go nsqd 1.2.1's (nsqd/http.go ``doStats``, nsqd/stats.go): topics sorted by name, ``topics`` null
 when a filter matches nothing, ``producers`` null when there are none.
 ``e2e_processing_latency`` is Go's quantile result (:func:`e2e_latency`,
-seed 000 "端到端处理延迟"); the text report prints its values as Go's
+https://nsq.io/components/nsqd.html#-e2e-processing-latency-percentile); the text report prints its values as Go's
 ``printStats`` does (``e2e%: 6.6s, 6.2s, 6.2s``). ``memory`` maps Go's
 runtime figures to CPython's (:func:`memory_stats`); statsd pushes the same.
 """

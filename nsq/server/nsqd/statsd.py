@@ -1,6 +1,6 @@
 """Pushing nsqd's stats to statsd over UDP (``--statsd-*``).
 
-Seed 000 "Statsd / Graphite集成"; behaviour of Go nsqd v1.2.1's
+https://nsq.io/components/nsqd.html#statsd--graphite-integration; behaviour of Go nsqd v1.2.1's
 ``nsqd/statsd.go`` with ``internal/statsd`` (the text format) and
 ``internal/writers`` (packet batching and spreading):
 
@@ -40,7 +40,7 @@ Seed 000 "Statsd / Graphite集成"; behaviour of Go nsqd v1.2.1's
   ``mem.gc_pause_usec_99``, ``mem.gc_pause_usec_95``,
   ``mem.next_gc_bytes`` (gauges) and ``mem.gc_runs`` (counter). Their
   CPython meaning is :func:`nsq.server.nsqd.stats.memory_stats`'s. (The
-  seed's list says ``mem.mem.next_gc_bytes``; Go's code sends
+  nsqd documentation lists ``mem.mem.next_gc_bytes``; Go's code sends
   ``mem.next_gc_bytes``, and so do we.)
 
 Deliberate difference: a counter that went down (a topic deleted and made
