@@ -232,9 +232,10 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
                     cmd = parser.next_command()
                     if cmd is None:
                         break
-                if self._tls_policy and not self.tls and cmd[0] != v2.CMD_IDENTIFY:
-                    raise ClientError(E_INVALID, f"cannot {_COMMAND_NAMES[cmd[0]]} in current state (TLS required)")
-                handlers[cmd[0]](cmd)
+                kind = cmd[0]  # the CMD_* constant; the rest as protocol/v2.py lists
+                if self._tls_policy and not self.tls and kind != v2.CMD_IDENTIFY:
+                    raise ClientError(E_INVALID, f"cannot {_COMMAND_NAMES[kind]} in current state (TLS required)")
+                handlers[kind](cmd)
             except Suspend as wait:
                 if wait.retry:
                     self._retry = cmd
@@ -479,39 +480,42 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         self.out += _OK_FRAME
 
     def _pub(self, cmd: tuple) -> None:
+        _, topic, body = cmd
         if self._auth_enabled:
-            self._check_auth("PUB", cmd[1], "")
+            self._check_auth("PUB", topic, "")
         try:
-            self.nsqd.get_topic(cmd[1]).publish([cmd[2]])
+            self.nsqd.get_topic(topic).publish([body])
         except TopicFull as exc:
             raise ClientError(E_PUB_FAILED, f"PUB failed {exc}") from None
-        self._published(cmd[1], 1)
+        self._published(topic, 1)
 
     def _mpub(self, cmd: tuple) -> None:
+        _, topic, bodies = cmd
         if self._auth_enabled:
-            self._check_auth("MPUB", cmd[1], "")
+            self._check_auth("MPUB", topic, "")
         try:
-            self.nsqd.get_topic(cmd[1]).publish(cmd[2])
+            self.nsqd.get_topic(topic).publish(bodies)
         except TopicFull as exc:
             raise ClientError(E_MPUB_FAILED, f"MPUB failed {exc}") from None
-        self._published(cmd[1], len(cmd[2]))
+        self._published(topic, len(bodies))
 
     def _dpub(self, cmd: tuple) -> None:
+        _, topic, defer_ms, body = cmd
         if self._auth_enabled:
-            self._check_auth("DPUB", cmd[1], "")
+            self._check_auth("DPUB", topic, "")
         try:
-            self.nsqd.get_topic(cmd[1]).publish([cmd[3]], defer_ms=cmd[2])
+            self.nsqd.get_topic(topic).publish([body], defer_ms=defer_ms)
         except TopicFull as exc:
             raise ClientError(E_DPUB_FAILED, f"DPUB failed {exc}") from None
-        self._published(cmd[1], 1)
+        self._published(topic, 1)
 
     def _rdy(self, cmd: tuple) -> None:
-        self.ready_count = cmd[1]
+        _, self.ready_count = cmd
         if self.channel is not None:
             self.channel.client_ready(self)
 
     def _fin(self, cmd: tuple) -> None:
-        msg_id = cmd[1]
+        _, msg_id = cmd
         try:
             self.channel.finish(self, msg_id)  # type: ignore[union-attr]
         except ChannelError as exc:
@@ -524,7 +528,8 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         channel = self.channel
         finish = channel.finish  # type: ignore[union-attr]
         done = 0
-        for msg_id in cmd[1]:
+        _, msg_ids = cmd
+        for msg_id in msg_ids:
             try:
                 finish(self, msg_id)
             except ChannelError as exc:
@@ -546,7 +551,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         self._message_done()
 
     def _touch(self, cmd: tuple) -> None:
-        msg_id = cmd[1]
+        _, msg_id = cmd
         try:
             self.channel.touch(self, msg_id, self.msg_timeout)  # type: ignore[union-attr]
         except ChannelError as exc:

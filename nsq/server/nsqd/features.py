@@ -58,7 +58,8 @@ class NegotiatedFeatures:
         nsqd = self.nsqd
         current = Current(self.heartbeat_interval, self.output_buffer_timeout, self.output_buffer_size,
                           self.msg_timeout, self.tls, self._codec is not None)
-        got = negotiate(cmd[1], nsqd.options, current, nsqd.tls_context is not None)
+        _, data = cmd
+        got = negotiate(data, nsqd.options, current, nsqd.tls_context is not None)
         self.client_id = got.client_id
         self.hostname = got.hostname
         self.user_agent = got.user_agent
@@ -137,7 +138,8 @@ class NegotiatedFeatures:
             raise ClientError(E_INVALID, "AUTH already set")
         if not self.nsqd.options.auth_http_addresses:
             raise ClientError(E_AUTH_DISABLED, "AUTH disabled")
-        self.auth_secret = cmd[1].decode("utf-8", "replace")
+        _, secret = cmd
+        self.auth_secret = secret.decode("utf-8", "replace")
         raise Suspend(self._loop.create_task(self._query_auth()), self._auth_done)
 
     async def _query_auth(self) -> Any:
