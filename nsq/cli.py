@@ -16,15 +16,20 @@ from nsq import NSQ_VERSION, __version__
 #: subcommand name -> (module, attribute, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "admin": ("nsq.commands.admin", "admin", "Browse and administer the cluster in a terminal UI (nsqadmin)."),
-    "bench": ("nsq.commands.bench", "bench", "Load nsqd and print its throughput or latency (bench_writer, bench_reader)."),
-    "lookupd": ("nsq.commands.lookupd", "lookupd", "Run nsqlookupd, the directory nsqds register with and consumers query."),
-    "nsqd": ("nsq.commands.nsqd", "nsqd", "Run nsqd, the daemon that receives, queues and delivers messages."),
+    "bench": ("nsq.commands.bench", "bench",
+              "Load nsqd and print its throughput or latency (bench_writer, bench_reader)."),
+    "lookupd": ("nsq.commands.lookupd", "lookupd",
+                "Run nsqlookupd, the directory nsqds register with and consumers query."),
+    "nsqd": ("nsq.commands.nsqd", "nsqd",
+             "Run nsqd, the daemon that receives, queues and delivers messages."),
     "pub": ("nsq.commands.pub", "pub", "Publish stdin (split on a delimiter) or arguments to a topic (to_nsq)."),
-    "stat": ("nsq.commands.stat", "stat", "Poll /stats of a topic's producers and print a channel's totals (nsq_stat)."),
+    "stat": ("nsq.commands.stat", "stat",
+             "Poll /stats of a topic's producers and print a channel's totals (nsq_stat)."),
     "tail": ("nsq.commands.tail", "tail", "Consume a topic/channel and write messages to stdout (nsq_tail)."),
     "to-file": ("nsq.commands.to_file", "to_file",
                 "Archive topics to newline-delimited files, rotated and optionally gzipped (nsq_to_file)."),
-    "to-http": ("nsq.commands.to_http", "to_http", "Consume a topic/channel and GET/POST each message to HTTP endpoints (nsq_to_http)."),
+    "to-http": ("nsq.commands.to_http", "to_http",
+                "Consume a topic/channel and GET/POST each message to HTTP endpoints (nsq_to_http)."),
     "to-nsq": ("nsq.commands.to_nsq", "to_nsq", "Consume topics and republish them to other nsqds (nsq_to_nsq)."),
 }
 

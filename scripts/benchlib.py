@@ -25,7 +25,7 @@ if (os.path.exists(os.path.join(_VENV, "bin", "python")) and not os.environ.get(
     os.execv(os.path.join(_VENV, "bin", "python"), [os.path.join(_VENV, "bin", "python"), *sys.argv])
 sys.path.insert(0, ROOT)
 
-from nsq.apps.bench import parse_latency_line, parse_result_line
+from nsq.apps.bench import parse_latency_line, parse_result_line  # noqa: E402  (after the re-exec above)
 
 NSQ = [sys.executable, "-m", "nsq"]
 

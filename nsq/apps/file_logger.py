@@ -4,7 +4,8 @@ Synchronous file work only (no asyncio): naming, opening with revisions,
 rotation, gzip members, fsync preparation, and moving finished files from
 the work dir to the output dir. :mod:`nsq.apps.to_file` drives it.
 
-Behaviour as Go nsq_to_file v1.2 (seed 000 "nsq_to_file"):
+Behaviour as Go nsq_to_file v1.2 (nsqio/nsq ``apps/nsq_to_file/file_logger.go``
+``FileLogger.updateFile``/``needsRotation``; https://nsq.io/components/utilities.html):
 
 - The file name is ``--filename-format`` with ``<TOPIC>``, ``<HOST>``
   (``--host-identifier`` with ``<SHORT_HOST>``/``<HOSTNAME>``, default the

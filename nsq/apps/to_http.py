@@ -1,6 +1,7 @@
 """Forward a topic/channel to HTTP endpoints: what ``nsq to-http`` runs (Go nsq_to_http v1.2).
 
-Behaviour of Go nsq_to_http v1.2 (seed 000 "nsq_to_http"), as
+Behaviour of Go nsq_to_http v1.2 (nsqio/nsq ``apps/nsq_to_http/nsq_to_http.go``;
+https://nsq.io/components/utilities.html), as
 :class:`HTTPForwarder` does it:
 
 - POST (``--post URL``, repeatable): the message body is the request body,

@@ -1,6 +1,6 @@
 """Republish topics to other nsqds: what ``nsq to-nsq`` runs (Go nsq_to_nsq v1.2).
 
-Go NSQ v1.2's ``apps/nsq_to_nsq`` (seed 000 "nsq_to_nsq"), as
+Go NSQ v1.2's ``apps/nsq_to_nsq/nsq_to_nsq.go`` (https://nsq.io/components/utilities.html), as
 :class:`NSQForwarder` does it: one consumer per topic on the channel (the
 CLI's default ``nsq_to_nsq``); every message is published over TCP to one
 destination nsqd picked by ``mode`` (round-robin | hostpool (default) |

@@ -1,7 +1,7 @@
 """Choosing one of several upstream hosts per request (sans-IO).
 
 The Go utilities that fan out to several endpoints (``nsq_to_http``,
-``nsq_to_nsq``; seed 000 "nsq_to_http") take ``--mode``:
+``nsq_to_nsq``; https://nsq.io/components/utilities.html) take ``--mode``:
 
 - ``round-robin``: a counter, incremented *before* use, indexes the host
   list; so the first request goes to the second host (Go v1.2's

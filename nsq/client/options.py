@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from nsq.client.errors import ClientConfigError
-from nsq.server.durations import parse_duration
+from nsq._internal.durations import parse_duration
 
 __all__ = ["parse_opts", "GO_NSQ_OPTIONS"]
 

@@ -1,4 +1,8 @@
-"""RDY flow control and backoff for a consumer, sans-IO (seed 002 "RDY 状态", "Backoff").
+"""RDY flow control and backoff for a consumer, sans-IO.
+
+Sources: https://nsq.io/clients/building_client_libraries.html
+("RDY State", "Backoff"); nsqio/go-nsq ``consumer.go`` (``maybeUpdateRDY``,
+``perConnMaxInFlight``, ``redistributeRDY``, ``startStopContinueBackoff``).
 
 :class:`RdyController` decides the RDY count of every connection of one
 consumer; the :class:`~nsq.client.consumer.Consumer` feeds it events
@@ -6,7 +10,7 @@ consumer; the :class:`~nsq.client.consumer.Consumer` feeds it events
 periodic tick) with the time, and sends the ``(connection, count)`` pairs it
 returns. It never touches a socket or a clock.
 
-Rules (seed 002, as go-nsq and pynsq apply them):
+Rules (as go-nsq and pynsq apply them):
 
 - A new connection starts at RDY 1 (the number of connections is not
   settled yet), then on its first message gets ``max_in_flight /
@@ -128,7 +132,7 @@ class RdyController:
 
     def add(self, key: Hashable, max_rdy: int | None, now: float) -> Sends:
         """A connection subscribed: RDY 1 to start (it grows to the share on
-        its first message, seed 002), others trimmed to the new share.
+        its first message, go-nsq ``maybeUpdateRDY``), others trimmed to the new share.
         Returns the RDY commands to send."""
         self.conns[key] = ConnRdy(max_rdy=max_rdy or 2500, last_message=now)
         out: Sends = []

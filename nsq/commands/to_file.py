@@ -1,7 +1,9 @@
 """``nsq to-file``: archive topics to newline-delimited files (nsq_to_file).
 
-Flags, defaults and checks as Go nsq_to_file v1.2 (seed 000
-"nsq_to_file"); the work is :class:`nsq.apps.to_file.ToFile`.
+Flags, defaults and checks as Go nsq_to_file v1.2 (nsqio/nsq
+``apps/nsq_to_file/nsq_to_file.go`` ``flagSet``, ``options.go``;
+https://nsq.io/components/utilities.html); the work is
+:class:`nsq.apps.to_file.ToFile`.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def _bool_flag(name: str, help_text: str):
 @click.option("--rotate-interval", type=GoDuration(), default=0.0, help="rotate the file every duration")
 @click.option("--sync-interval", type=GoDuration(), default=30.0,
               help="sync file to disk every duration (default 30s)")
-@click.option("--log-level", default="info", help='set log verbosity: debug, info, warn, error, or fatal (default "info")')
+@click.option("--log-level", default="info",
+              help='set log verbosity: debug, info, warn, error, or fatal (default "info")')
 @click.option("--log-prefix", default="[nsq_to_file] ", help='log message prefix (default "[nsq_to_file] ")')
 def to_file(topics: tuple[str, ...], channel: str, addresses: tuple[str, ...], lookupd: tuple[str, ...],
             max_in_flight: int, consumer_opts: tuple[str, ...], http_connect_timeout: float,

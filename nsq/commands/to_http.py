@@ -1,7 +1,8 @@
 """``nsq to-http``: consume a topic/channel and make one HTTP request per message (nsq_to_http).
 
-Flags, defaults and checks as Go nsq_to_http v1.2 (seed 000
-"nsq_to_http"); the work, and the behaviour in detail, is
+Flags, defaults and checks as Go nsq_to_http v1.2 (nsqio/nsq
+``apps/nsq_to_http/nsq_to_http.go``; https://nsq.io/components/utilities.html);
+the work, and the behaviour in detail, is
 :class:`nsq.apps.to_http.HTTPForwarder`. ``--post URL``/``--get URL``
 (repeatable; a GET URL has one ``%s``), ``--mode``, ``-n`` concurrent
 requests, ``--sample``, ``--header 'Name: value'``, ``--status-every``.

@@ -1,7 +1,7 @@
 """``nsq to-nsq``: consume topics and republish them to other nsqds (nsq_to_nsq).
 
-Flags, defaults and checks as Go NSQ v1.2's ``apps/nsq_to_nsq`` (seed 000
-"nsq_to_nsq"); the work, and the behaviour in detail (destination choice
+Flags, defaults and checks as Go NSQ v1.2's ``apps/nsq_to_nsq/nsq_to_nsq.go``
+(https://nsq.io/components/utilities.html); the work, and the behaviour in detail (destination choice
 by ``--mode``, FIN only after the destination's ``OK``, the
 ``--require-json-field``/``--require-json-value``/``--whitelist-json-field``
 filters, ``--status-every`` lines), is

@@ -1,4 +1,7 @@
-"""Client-side encoders for every V2 command (seed 000 "TCP协议规范 / 命令").
+"""Client-side encoders for every V2 command.
+
+Sources: https://nsq.io/clients/tcp_protocol_spec.html ("Commands"); nsqio/go-nsq ``command.go``
+(``Identify``, ``Publish``, ``MultiPublish``, ``Ready``, ...).
 
 Each function returns the bytes to write after the ``"  V2"`` magic. Names
 and sizes are not validated here beyond what encoding needs; nsqd answers
@@ -39,7 +42,8 @@ def _b(value: str | bytes) -> bytes:
 
 
 def identify(data: Mapping[str, Any]) -> bytes:
-    """``IDENTIFY\\n[size][JSON]``; ``data`` holds the WIRE-FACTS keys."""
+    """``IDENTIFY\\n[size][JSON]``; ``data`` holds the keys of nsqd's
+    ``identifyDataV2`` (nsqio/nsq ``nsqd/client_v2.go``)."""
     return _with_body(b"IDENTIFY\n", json.dumps(data).encode())
 
 

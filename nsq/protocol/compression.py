@@ -28,6 +28,7 @@ Draining pattern (all sizes in bytes)::
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 __all__ = ["Codec", "DeflateCodec", "SnappyCodec", "CompressionError", "SNAPPY_MAX_CHUNK"]
 
@@ -212,7 +213,7 @@ class SnappyCodec(Codec):
         """Frame ``data`` in chunks of at most ``max_chunk`` uncompressed
         bytes, as Go nsqd's buffered snappy writer does (one chunk per
         ``output_buffer_size`` flush; pynsq reads chunk by chunk)."""
-        add = self._compress.add_chunk
+        add: Callable[[bytes], bytes] = self._compress.add_chunk
         size = self.max_chunk
         if len(data) <= size:
             return add(bytes(data))

@@ -1,4 +1,8 @@
-"""V2 frames (seed 000 "TCP协议规范 / 数据格式", WIRE-FACTS "nsqd TCP").
+"""V2 frames.
+
+Sources: https://nsq.io/clients/tcp_protocol_spec.html ("Data Format"); nsqio/nsq
+``nsqd/protocol_v2.go`` (``protocolV2.Send``) and nsqio/go-nsq ``protocol.go``
+(``ReadResponse``, ``UnpackResponse``).
 
 ::
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from nsq.protocol.errors import E_BAD_BODY, E_BAD_CHANNEL, E_BAD_PROTOCOL, E_BAD_TOPIC, E_INVALID, ClientError
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
@@ -83,7 +84,7 @@ class PeerInfo:
     http_port: int = 0
     version: str = ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The JSON object lookupd's HTTP API shows for a producer."""
         return {
             "remote_address": self.remote_address,
@@ -189,7 +190,7 @@ class V1ServerParser:
         """Append bytes received from the connection."""
         self._buf += data
 
-    def next_command(self) -> tuple | None:
+    def next_command(self) -> tuple[Any, ...] | None:
         """The next complete command, or None if more bytes are needed.
 
         Raises:
@@ -245,7 +246,7 @@ def encode_response(data: bytes) -> bytes:
     return _SIZE.pack(len(data)) + data
 
 
-def encode_identify(info: dict) -> bytes:
+def encode_identify(info: dict[str, Any]) -> bytes:
     """``IDENTIFY\\n[int32 len][JSON]`` for the nsqd side."""
     body = json.dumps(info, separators=(",", ":")).encode()
     return b"IDENTIFY\n" + _SIZE.pack(len(body)) + body

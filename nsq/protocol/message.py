@@ -1,4 +1,8 @@
-"""Message encoding and IDs (seed 000 "数据格式", WIRE-FACTS "nsqd TCP").
+"""Message encoding and IDs.
+
+Sources: https://nsq.io/clients/tcp_protocol_spec.html ("Data Format"); nsqio/nsq
+``nsqd/message.go`` (``Message.WriteTo``, ``decodeMessage``) and
+``nsqd/guid.go`` (``guidFactory.NewGUID``, ``guid.Hex``).
 
 A message frame's data, which is also the on-disk record::
 

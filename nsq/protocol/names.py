@@ -1,4 +1,5 @@
-"""Topic and channel name rules (WIRE-FACTS "nsqd TCP": names).
+"""Topic and channel name rules (nsqio/nsq ``internal/protocol/names.go``:
+``IsValidTopicName``, ``IsValidChannelName``).
 
 A valid name matches ``^[.a-zA-Z0-9_-]+(#ephemeral)?$`` and is 1 to 64
 characters long (the ``#ephemeral`` suffix counts).

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from nsq.protocol.errors import (
     E_BAD_BODY,
@@ -51,6 +52,10 @@ from nsq.protocol.errors import (
 from nsq.protocol.frames import MAGIC_V2
 from nsq.protocol.message import MSG_ID_LENGTH
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
+
+#: what a command handler returns: (command, bytes consumed after the
+#: newline), or (None, bytes needed) while the body is incomplete
+_Handled = tuple[tuple[Any, ...] | None, int]
 
 __all__ = [
     "Limits",
@@ -215,7 +220,7 @@ class V2ServerParser:
         limits = self.limits
         return MAX_LINE_LENGTH + 4 + max(limits.max_body_size, limits.max_msg_size)
 
-    def next_command(self) -> tuple | None:
+    def next_command(self) -> tuple[Any, ...] | None:
         """Return the next complete command, or None if more bytes are needed.
 
         Raises:
@@ -287,7 +292,8 @@ class V2ServerParser:
     def _body_len(self, start: int) -> int | None:
         if len(self._buf) - start < 4:
             return None
-        return _LEN.unpack_from(self._buf, start)[0]
+        size: int = _LEN.unpack_from(self._buf, start)[0]
+        return size
 
     def _check_state(self, allowed: tuple[int, ...], name: str) -> None:
         if self.state not in allowed:
@@ -311,7 +317,7 @@ class V2ServerParser:
 
     # -- commands ----------------------------------------------------------
 
-    def _identify(self, params: list[bytes], start: int):
+    def _identify(self, params: list[bytes], start: int) -> _Handled:
         self._check_state((STATE_INIT,), "IDENTIFY")
         size = self._body_len(start)
         if size is None:
@@ -331,7 +337,7 @@ class V2ServerParser:
             raise ClientError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
         return (CMD_IDENTIFY, data), 4 + size
 
-    def _auth(self, params: list[bytes], start: int):
+    def _auth(self, params: list[bytes], start: int) -> _Handled:
         self._check_state((STATE_INIT,), "AUTH")
         if len(params) != 1:
             raise ClientError(E_INVALID, "AUTH invalid number of parameters")
@@ -346,7 +352,7 @@ class V2ServerParser:
             return None, 4 + size
         return (CMD_AUTH, bytes(self._buf[start + 4:start + 4 + size])), 4 + size
 
-    def _sub(self, params: list[bytes], start: int):
+    def _sub(self, params: list[bytes], start: int) -> _Handled:
         self._check_state((STATE_INIT,), "SUB")
         if not self.heartbeats_enabled:
             raise ClientError(E_INVALID, "cannot SUB with heartbeats disabled")
@@ -361,7 +367,7 @@ class V2ServerParser:
         self.state = STATE_SUBSCRIBED
         return (CMD_SUB, topic, channel), 0
 
-    def _message_body(self, name: str, start: int):
+    def _message_body(self, name: str, start: int) -> tuple[bytes | None, int]:
         """Read ``[size][body]`` of PUB/DPUB; returns (body|None, consumed|needed)."""
         size = self._body_len(start)
         if size is None:
@@ -374,14 +380,14 @@ class V2ServerParser:
             return None, 4 + size
         return bytes(self._buf[start + 4:start + 4 + size]), 4 + size
 
-    def _pub(self, params: list[bytes], start: int):
+    def _pub(self, params: list[bytes], start: int) -> _Handled:
         topic = self._topic(params, "PUB", 2)
         body, n = self._message_body("PUB", start)
         if body is None:
             return None, n
         return (CMD_PUB, topic, body), n
 
-    def _dpub(self, params: list[bytes], start: int):
+    def _dpub(self, params: list[bytes], start: int) -> _Handled:
         topic = self._topic(params, "DPUB", 3)
         defer_ms = _base10(params[2])
         if defer_ms is None:
@@ -395,7 +401,7 @@ class V2ServerParser:
             return None, n
         return (CMD_DPUB, topic, defer_ms, body), n
 
-    def _mpub(self, params: list[bytes], start: int):
+    def _mpub(self, params: list[bytes], start: int) -> _Handled:
         topic = self._topic(params, "MPUB", 2, code_prefix="E_BAD_TOPIC ")
         size = self._body_len(start)
         if size is None:
@@ -418,7 +424,7 @@ class V2ServerParser:
             raise ClientError(E_BAD_BODY, f"MPUB invalid message count {count}")
         max_msg = limits.max_msg_size
         unpack = _LEN.unpack_from
-        bodies = []
+        bodies: list[bytes] = []
         append = bodies.append
         # slicing a memoryview copies each body once (a bytearray slice
         # would copy it twice); the view is released before the buffer can
@@ -439,7 +445,7 @@ class V2ServerParser:
                 pos += msize
         return (CMD_MPUB, topic, bodies), 4 + size
 
-    def _rdy(self, params: list[bytes], start: int):
+    def _rdy(self, params: list[bytes], start: int) -> _Handled:
         if self.state == STATE_CLOSING:
             return None, 0  # ignored after CLS, as in Go
         self._check_state((STATE_SUBSCRIBED,), "RDY")
@@ -453,11 +459,11 @@ class V2ServerParser:
             raise ClientError(E_INVALID, f"RDY count {count} out of range 0-{self.limits.max_rdy_count}")
         return (CMD_RDY, count), 0
 
-    def _fin(self, params: list[bytes], start: int):
+    def _fin(self, params: list[bytes], start: int) -> _Handled:
         self._check_state((STATE_SUBSCRIBED, STATE_CLOSING), "FIN")
         return (CMD_FIN, self._msg_id(params, "FIN")), 0
 
-    def _req(self, params: list[bytes], start: int):
+    def _req(self, params: list[bytes], start: int) -> _Handled:
         self._check_state((STATE_SUBSCRIBED, STATE_CLOSING), "REQ")
         if len(params) < 3:
             raise ClientError(E_INVALID, "REQ insufficient number of params")
@@ -468,16 +474,16 @@ class V2ServerParser:
         timeout = min(timeout, self.limits.max_req_timeout_ms)
         return (CMD_REQ, msg_id, timeout), 0
 
-    def _touch(self, params: list[bytes], start: int):
+    def _touch(self, params: list[bytes], start: int) -> _Handled:
         self._check_state((STATE_SUBSCRIBED, STATE_CLOSING), "TOUCH")
         return (CMD_TOUCH, self._msg_id(params, "TOUCH")), 0
 
-    def _cls(self, params: list[bytes], start: int):
+    def _cls(self, params: list[bytes], start: int) -> _Handled:
         self._check_state((STATE_SUBSCRIBED,), "CLS")
         self.state = STATE_CLOSING
         return (CMD_CLS,), 0
 
-    def _nop(self, params: list[bytes], start: int):
+    def _nop(self, params: list[bytes], start: int) -> _Handled:
         return (CMD_NOP,), 0
 
 

@@ -27,9 +27,11 @@ Data sources:
 - ``nsq-archive`` (:class:`~nsq.spark.archive.NSQArchiveDataSource`):
   batch reads of to-file output, plain or gzip (:mod:`nsq.spark.archive`).
 
-Spark starts Python workers with ``PYSPARK_PYTHON``; importing this package
-sets it to the running interpreter when unset, which only helps if it
-happens before the SparkSession is built.
+Spark starts Python workers with the interpreter its SparkContext read
+from ``PYSPARK_PYTHON`` when it was built (``python3`` when unset), and
+that interpreter must have nsq installed. Importing this package changes
+nothing; :func:`register` points Spark at the running interpreter when
+``PYSPARK_PYTHON`` is unset (see there).
 """
 
 from __future__ import annotations
@@ -37,8 +39,6 @@ from __future__ import annotations
 import os
 import sys
 from typing import Any
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 __all__ = ["ARCHIVE_SCHEMA", "NSQArchiveDataSource", "NSQDataSource", "STREAM_SCHEMA", "register"]
 
@@ -64,6 +64,13 @@ def register(spark: Any) -> None:
     """Register the ``nsq`` and ``nsq-archive`` data sources with a
     SparkSession (``spark.dataSource.register``).
 
+    When ``PYSPARK_PYTHON`` is unset, this sets it to the running
+    interpreter (``sys.executable``) for SparkContexts built later, and
+    points ``spark``'s own context at it if that context was built with
+    Spark's default (``python3``): the Python workers that plan and read
+    the data sources must import nsq. Set ``PYSPARK_PYTHON`` before
+    building the session to choose another interpreter.
+
     Raises:
         ImportError: pyspark or pyarrow is missing (install ``nsq[spark]``).
     """
@@ -72,5 +79,22 @@ def register(spark: Any) -> None:
     from nsq.spark.archive import NSQArchiveDataSource
     from nsq.spark.source import NSQDataSource
 
+    _use_this_python(spark)
     spark.dataSource.register(NSQDataSource)
     spark.dataSource.register(NSQArchiveDataSource)
+
+
+def _use_this_python(spark: Any) -> None:
+    """Make Spark start this interpreter for Python workers, unless
+    ``PYSPARK_PYTHON`` says otherwise (see :func:`register`)."""
+    if os.environ.get("PYSPARK_PYTHON"):
+        return
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    try:
+        context = spark.sparkContext  # absent on Spark Connect sessions
+    except Exception:  # noqa: BLE001  (pyspark raises its own error types there)
+        return
+    # pyspark reads PYSPARK_PYTHON once, when the context is built, and
+    # wraps every Python function (a data source too) with that value
+    if getattr(context, "pythonExec", None) == "python3":
+        context.pythonExec = sys.executable

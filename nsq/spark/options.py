@@ -23,7 +23,7 @@ from typing import Any
 from nsq.client.errors import ClientConfigError
 from nsq.client.options import GO_NSQ_OPTIONS, parse_opts
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
-from nsq.server.durations import parse_duration
+from nsq._internal.durations import parse_duration
 
 __all__ = [
     "DEFAULT_CHANNEL",

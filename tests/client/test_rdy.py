@@ -1,6 +1,7 @@
 """RdyController (nsq/client/rdy.py), sans-IO: RDY distribution and backoff.
 
-Each rule of seed 002 ("RDY 状态", "Backoff") as go-nsq applies it, with the
+Each rule of https://nsq.io/clients/building_client_libraries.html
+("RDY State", "Backoff") as go-nsq's consumer.go applies it, with the
 exact RDY commands expected, then a Hypothesis state machine checking the
 invariants after every event of arbitrary sequences.
 """

@@ -1,4 +1,8 @@
-"""V2 frames and FrameReader (WIRE-FACTS "nsqd TCP": frame)."""
+"""V2 frames and FrameReader.
+
+Sources: https://nsq.io/clients/tcp_protocol_spec.html ("Data Format"); nsqio/nsq
+nsqd/protocol_v2.go ``protocolV2.Send``.
+"""
 
 from __future__ import annotations
 

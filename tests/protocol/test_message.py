@@ -1,4 +1,4 @@
-"""Message encoding and IDFactory (WIRE-FACTS "nsqd TCP": message frame, IDs)."""
+"""Message encoding and IDFactory (nsqd/message.go ``WriteTo``, nsqd/guid.go ``NewGUID``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Topic and channel name rules (WIRE-FACTS "nsqd TCP": names)."""
+"""Topic and channel name rules (nsqio/nsq internal/protocol/names.go)."""
 
 from __future__ import annotations
 
