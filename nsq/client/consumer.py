@@ -1,17 +1,19 @@
 """Consumer: subscribe to a topic/channel on nsqd(s) and handle messages.
 
-Follows seed 002 "building client libraries" for what this release covers:
+Follows https://nsq.io/clients/building_client_libraries.html for what it covers:
 IDENTIFY, SUB, RDY spread over connections (``max_in_flight`` split evenly,
 at least 1 each, never above nsqd's ``max_rdy_count``), FIN/REQ by handler
 result, ``max_attempts`` with a give-up callback, requeue delay growing with
 attempts, heartbeats answered, reconnect with exponential backoff for direct
 nsqd addresses, and a clean close (CLS, wait for in-flight handlers).
 
-Discovery (seed 002 "发现"): with ``lookupd_http_addresses`` the consumer
-asks every lookupd's ``/lookup`` at start and then every
-``lookupd_poll_interval`` (with jitter), connects to each producer of the
-topic (``broadcast_address:tcp_port``, the union over all lookupds) and
-drops connections to producers no lookupd lists any more. A discovered
+Discovery (https://nsq.io/clients/building_client_libraries.html,
+"Discovery"): with ``lookupd_http_addresses`` the consumer asks every
+lookupd's ``/lookup`` at start and then every ``lookupd_poll_interval``
+(with jitter) through :func:`nsq.client.lookupd.topic_producers`, connects
+to each producer of the topic (``broadcast_address:tcp_port``, the union
+over all lookupds) and drops connections to producers no lookupd lists any
+more. A discovered
 connection that closes is not retried on its own: the lookupds are asked
 again at once, and list the nsqd if it is still there.
 RDY counts and backoff are decided by :class:`nsq.client.rdy.RdyController`
@@ -207,14 +209,17 @@ class Consumer:
         nothing changes."""
         if self._lookupd_client is None or self._closing:
             return
-        producers, errors = await self._lookupd_client.lookup_all(self.lookupd_http_addresses, self.topic)
-        for err in errors:
-            log.warning("%s", err)
-        if errors and len(errors) == len(self.lookupd_http_addresses):
-            return
-        from nsq.client.lookupd import producer_address
+        from nsq.client.lookupd import LookupdQueryError, topic_producers
 
-        found = [producer_address(p) for p in producers]
+        try:
+            producers = await topic_producers(self.lookupd_http_addresses, self.topic, client=self._lookupd_client)
+        except LookupdQueryError as exc:
+            for err in exc.errors:
+                log.warning("%s", err)
+            return
+        for err in producers.errors:
+            log.warning("%s", err)
+        found = [p.tcp_address for p in producers]
         for address in found:
             if address in self.addresses or address in self.connections or address in self._connecting:
                 continue
@@ -327,7 +332,7 @@ class Consumer:
 
     def is_starved(self) -> bool:
         """True if some connection has at least 85% of its RDY in flight
-        (seed 002: time to process a batch)."""
+        (https://nsq.io/clients/building_client_libraries.html: time to process a batch)."""
         for conn, state in self.rdy.conns.items():
             in_flight = self._in_flight.get(conn, 0)
             if in_flight > 0 and in_flight >= state.rdy * 0.85:

@@ -1,12 +1,21 @@
-"""HTTP client for nsqlookupd's API (seed 000 "nsqlookupd / HTTP 接口").
+"""nsqlookupd's HTTP API, and finding the nsqds that have a topic.
 
-Used by the Consumer's discovery, by nsqd (channels to pre-create for a
-new topic), by the utilities and by ``nsq admin`` (which also reads nsqd's
-``/stats`` and ``/info`` through :class:`NSQDHTTPClient`). Built on aiohttp.
+The one implementation of the lookupd queries: the Consumer's discovery
+(here, in ``client/``, because a client finds its nsqds itself, as go-nsq's
+``Consumer.queryLookupd`` does) and :mod:`nsq.cluster` (nsqd's channel
+pre-creation, the utilities, ``nsq admin``, the Spark sink: Go's
+``internal/clusterinfo``) build on it.
 
-Addresses are ``host:port`` or a URL (``http://host:port``, as go-nsq
-accepts); requests carry ``Accept: application/vnd.nsq; version=1.0`` and
-pre-1.0 wrapped answers (``{"status_code", "data"}``) are unwrapped.
+- :class:`HTTPAPIClient`: one aiohttp session, Go's ``http_api.Client``
+  habits: ``Accept: application/vnd.nsq; version=1.0``, pre-1.0 answers
+  wrapped as ``{"status_code", "status_txt", "data"}`` unwrapped, connect
+  and request timeouts. Addresses are ``host:port`` or a URL
+  (``http(s)://host:port``, as go-nsq accepts).
+- :class:`LookupdHTTPClient`: nsqlookupd's endpoints
+  (https://nsq.io/components/nsqlookupd.html#http-interface).
+- :func:`topic_producers`: every lookupd's ``/lookup?topic=``, unioned, the
+  failures collected (nsqio/nsq ``internal/clusterinfo/data.go``,
+  ``GetLookupdTopicProducers``).
 """
 
 from __future__ import annotations
@@ -14,39 +23,63 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Self, TypeVar
 from urllib.parse import urlencode
 
 import aiohttp
 
 from nsq import NSQ_VERSION
+from nsq._internal.addresses import fmt_addr
 from nsq.protocol.errors import NSQError
 
-__all__ = ["LookupdError", "LookupdHTTPClient", "NSQDHTTPClient", "NSQDHTTPError", "producer_address"]
+__all__ = ["HTTPAPIClient", "HTTPAPIError", "LookupdError", "LookupdHTTPClient", "LookupdQueryError", "Producer",
+           "ProducerList", "ask_each", "topic_producers"]
+
+T = TypeVar("T")
 
 
-class LookupdError(NSQError):
-    """A lookupd could not be reached or gave an unusable answer.
+class HTTPAPIError(NSQError):
+    """A daemon's HTTP API could not be reached or gave an unusable answer.
 
     Attributes:
-        address: the lookupd asked.
+        address: the daemon asked (as given).
         status: HTTP status, or None if there was no answer.
+        reason: what went wrong, without the daemon's name.
     """
 
-    def __init__(self, address: str, message: str, status: int | None = None) -> None:
-        super().__init__(f"lookupd {address}: {message}")
-        self.address = address
-        self.status = status
-
-
-class NSQDHTTPError(LookupdError):
-    """An nsqd could not be reached or gave an unusable answer (same
-    attributes as :class:`LookupdError`, which it subclasses)."""
+    #: names the daemon in the message
+    kind = "daemon"
 
     def __init__(self, address: str, message: str, status: int | None = None) -> None:
-        NSQError.__init__(self, f"nsqd {address}: {message}")
+        super().__init__(f"{self.kind} {address}: {message}")
         self.address = address
         self.status = status
+        self.reason = message
+
+
+class LookupdError(HTTPAPIError):
+    """An nsqlookupd could not be reached or gave an unusable answer."""
+
+    kind = "lookupd"
+
+
+class LookupdQueryError(LookupdError):
+    """No lookupd answered (Go's ``Failed to query any nsqlookupd``).
+
+    Attributes:
+        errors: one :class:`LookupdError` per lookupd asked.
+    """
+
+    def __init__(self, errors: list[HTTPAPIError]) -> None:
+        addresses = ",".join(e.address for e in errors)
+        text = "; ".join(str(e) for e in errors) or "no lookupd address"
+        NSQError.__init__(self, f"failed to query any nsqlookupd: {text}")
+        self.address = addresses
+        self.status = None
+        self.reason = text
+        self.errors = list(errors)
 
 
 def _base_url(address: str) -> str:
@@ -58,28 +91,21 @@ def _base_url(address: str) -> str:
     return f"{scheme}://{rest.split('/', 1)[0]}"
 
 
-def producer_address(producer: dict) -> str:
-    """``broadcast_address:tcp_port`` of a ``/lookup`` producer (how clients connect)."""
-    host = producer.get("broadcast_address") or producer.get("address") or ""
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"{host}:{producer.get('tcp_port')}"
-
-
-class LookupdHTTPClient:
-    """Asks nsqlookupds over HTTP.
+class HTTPAPIClient:
+    """JSON over HTTP to nsqd or nsqlookupd (Go's ``internal/http_api.Client``).
 
     Args:
-        connect_timeout, request_timeout: seconds (Go tools' defaults, 2 s / 5 s).
+        connect_timeout, request_timeout: seconds (the Go tools' defaults, 2 s / 5 s).
         user_agent: sent as ``User-Agent``.
         ssl_context: used for ``https://`` addresses (Go's
             ``--http-client-tls-*`` flags); None: the default context.
 
-    Use as ``async with LookupdHTTPClient() as c`` or call :meth:`close`.
+    Use as ``async with`` or call :meth:`close`. The session is opened by
+    the first request, in the running loop.
     """
 
     #: the error raised for this kind of daemon
-    error_class: type[LookupdError] = LookupdError
+    error_class: type[HTTPAPIError] = HTTPAPIError
 
     def __init__(self, connect_timeout: float = 2.0, request_timeout: float = 5.0,
                  user_agent: str | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
@@ -91,7 +117,7 @@ class LookupdHTTPClient:
         self._session: aiohttp.ClientSession | None = None
         self._ssl_context = ssl_context
 
-    async def __aenter__(self) -> LookupdHTTPClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -131,10 +157,140 @@ class LookupdHTTPClient:
         except ValueError:
             raise error(address, f"{path}: invalid JSON", status) from None
         if not versioned and isinstance(data, dict) and "status_code" in data and "data" in data:
-            data = data["data"]  # a pre-1.0 lookupd
+            data = data["data"]  # a pre-1.0 daemon
         if not isinstance(data, dict):
             raise error(address, f"{path}: unexpected answer", status)
         return data
+
+    async def get(self, address: str, path: str, params: dict[str, str] | None = None, *,
+                  ok_404: bool = False) -> dict | None:
+        """GET ``path`` (``/stats`` ...): the JSON object answered, None on a
+        404 accepted by ``ok_404``.
+
+        Raises:
+            HTTPAPIError (this client's ``error_class``): unreachable, or an
+                error or non-object answer.
+        """
+        return await self._request("GET", address, path, params, ok_404=ok_404)
+
+    async def post(self, address: str, path: str, *, ok_404: bool = False, **params: str) -> bool:
+        """POST an admin endpoint (``/topic/delete``, ``/channel/pause`` ...).
+
+        Args:
+            ok_404: a 404 answer (``TOPIC_NOT_FOUND``, ``CHANNEL_NOT_FOUND``:
+                already gone) is not an error.
+
+        Returns:
+            True when done, False on a 404 accepted by ``ok_404``.
+
+        Raises:
+            HTTPAPIError (this client's ``error_class``): unreachable or an error answer.
+        """
+        return await self._request("POST", address, path, params, ok_404=ok_404) is not None
+
+    async def info(self, address: str) -> dict:
+        """GET /info: ``{"version", ...}`` (nsqd adds broadcast_address,
+        hostname, http_port, tcp_port, start_time). Raises HTTPAPIError."""
+        return await self._request("GET", address, "/info")
+
+
+@dataclass(frozen=True)
+class Producer:
+    """An nsqd as a lookupd lists it (``/lookup`` and ``/nodes`` entries).
+
+    Attributes:
+        broadcast_address: the address clients use to reach it.
+        tcp_port, http_port: its ports.
+        hostname, version: as it registered.
+        remote_address: its ``host:port`` as the lookupd saw the connection.
+        topics, tombstones: ``/nodes`` only: its topics and, per topic,
+            whether the lookupd tombstoned it.
+    """
+
+    broadcast_address: str
+    tcp_port: int
+    http_port: int
+    hostname: str = ""
+    version: str = ""
+    remote_address: str = ""
+    topics: tuple[str, ...] = ()
+    tombstones: tuple[bool, ...] = ()
+
+    @classmethod
+    def from_json(cls, obj: dict) -> Producer:
+        """From one ``producers`` entry (``address`` stands in for a missing
+        ``broadcast_address``, as lookupds before 0.2.x sent)."""
+
+        def port(key: str) -> int:
+            try:
+                return int(obj.get(key) or 0)
+            except (TypeError, ValueError):
+                return 0
+
+        return cls(broadcast_address=str(obj.get("broadcast_address") or obj.get("address") or ""),
+                   tcp_port=port("tcp_port"), http_port=port("http_port"),
+                   hostname=str(obj.get("hostname") or ""), version=str(obj.get("version") or ""),
+                   remote_address=str(obj.get("remote_address") or ""),
+                   topics=tuple(str(t) for t in obj.get("topics") or ()),
+                   tombstones=tuple(bool(t) for t in obj.get("tombstones") or ()))
+
+    @property
+    def tcp_address(self) -> str:
+        """``broadcast_address:tcp_port`` (what consumers and producers connect to)."""
+        return fmt_addr(self.broadcast_address, self.tcp_port)
+
+    @property
+    def http_address(self) -> str:
+        """``broadcast_address:http_port`` (its HTTP API)."""
+        return fmt_addr(self.broadcast_address, self.http_port)
+
+
+class ProducerList(list):  # list[Producer]
+    """The producers found, and the lookupds that failed while others
+    answered (Go returns both: the producers and an ``ErrList``).
+
+    Attributes:
+        errors: one :class:`HTTPAPIError` per daemon that failed.
+    """
+
+    def __init__(self, producers: Iterable[Producer] = (), errors: Iterable[HTTPAPIError] = ()) -> None:
+        super().__init__(producers)
+        self.errors: list[HTTPAPIError] = list(errors)
+
+
+async def ask_each(addresses: Iterable[str], ask: Callable[[str], Awaitable[T]]
+                   ) -> tuple[list[tuple[str, T]], list[HTTPAPIError]]:
+    """``ask(address)`` for every address concurrently (Go's clusterinfo
+    pattern: a goroutine per daemon, the errors collected).
+
+    Returns:
+        ((address, answer) of those that answered, in the given order;
+        the :class:`HTTPAPIError` of those that failed).
+
+    Raises:
+        anything other than an HTTPAPIError that ``ask`` raises (a bug).
+    """
+    addresses = list(addresses)
+    results = await asyncio.gather(*(ask(a) for a in addresses), return_exceptions=True)
+    answers: list[tuple[str, T]] = []
+    errors: list[HTTPAPIError] = []
+    for address, result in zip(addresses, results):
+        if isinstance(result, HTTPAPIError):
+            errors.append(result)
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            answers.append((address, result))
+    return answers, errors
+
+
+class LookupdHTTPClient(HTTPAPIClient):
+    """Asks nsqlookupds over HTTP (https://nsq.io/components/nsqlookupd.html).
+
+    Same arguments as :class:`HTTPAPIClient`; errors are :class:`LookupdError`.
+    """
+
+    error_class = LookupdError
 
     async def lookup(self, address: str, topic: str) -> dict:
         """GET /lookup: ``{"channels": [...], "producers": [...]}``; both empty
@@ -160,78 +316,64 @@ class LookupdHTTPClient:
         """GET /nodes: nsqd producers with ``topics`` and ``tombstones``. Raises LookupdError."""
         return list((await self._request("GET", address, "/nodes")).get("producers") or [])
 
-    async def post(self, address: str, path: str, *, ok_404: bool = False, **params: str) -> bool:
-        """POST an admin endpoint (``/topic/delete``, ``/topic/tombstone`` ...).
-
-        Args:
-            ok_404: a 404 answer (``TOPIC_NOT_FOUND``, ``CHANNEL_NOT_FOUND``:
-                already gone) is not an error.
+    async def channels_all(self, addresses: list[str], topic: str) -> tuple[list[str], list[HTTPAPIError]]:
+        """``/channels`` on every lookupd concurrently (Go's
+        ``clusterinfo.GetLookupdTopicChannels``, used by nsqd to pre-create
+        a new topic's channels).
 
         Returns:
-            True when done, False on a 404 accepted by ``ok_404``.
-
-        Raises:
-            LookupdError: unreachable or an error answer.
+            (the union of the names, in order of appearance; the errors of
+            the lookupds that failed).
         """
-        return await self._request("POST", address, path, params, ok_404=ok_404) is not None
-
-    async def info(self, address: str) -> dict:
-        """GET /info: ``{"version", ...}`` (nsqd adds broadcast_address,
-        hostname, http_port, tcp_port, start_time). Raises LookupdError."""
-        return await self._request("GET", address, "/info")
-
-    async def lookup_all(self, addresses: list[str], topic: str) -> tuple[list[dict], list[LookupdError]]:
-        """``/lookup`` on every lookupd concurrently.
-
-        Returns:
-            (the producers, de-duplicated by ``broadcast_address:tcp_port``;
-            the errors of the lookupds that failed).
-        """
-        results = await asyncio.gather(*(self.lookup(a, topic) for a in addresses), return_exceptions=True)
-        producers: dict[str, dict] = {}
-        errors: list[LookupdError] = []
-        for result in results:
-            if isinstance(result, LookupdError):
-                errors.append(result)
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            for p in result["producers"]:
-                if isinstance(p, dict):
-                    producers.setdefault(producer_address(p), p)
-        return list(producers.values()), errors
-
-    async def channels_all(self, addresses: list[str], topic: str) -> tuple[list[str], list[LookupdError]]:
-        """``/channels`` on every lookupd concurrently: (union of names, errors)."""
-        results = await asyncio.gather(*(self.channels(a, topic) for a in addresses), return_exceptions=True)
+        answers, errors = await ask_each(addresses, lambda a: self.channels(a, topic))
         names: dict[str, None] = {}
-        errors: list[LookupdError] = []
-        for result in results:
-            if isinstance(result, LookupdError):
-                errors.append(result)
-            elif isinstance(result, BaseException):
-                raise result
-            else:
-                names.update(dict.fromkeys(result))
+        for _, found in answers:
+            names.update(dict.fromkeys(found))
         return list(names), errors
 
 
-class NSQDHTTPClient(LookupdHTTPClient):
-    """Asks nsqds over HTTP (``/stats``, ``/info``, admin POSTs): the same
-    session, headers and timeouts as :class:`LookupdHTTPClient`, errors
-    raised as :class:`NSQDHTTPError`."""
+async def topic_producers(lookupd_http_addresses: Iterable[str], topic: str, *,
+                          client: LookupdHTTPClient | None = None) -> ProducerList:
+    """The nsqds that have ``topic``, by every lookupd's ``/lookup?topic=``.
 
-    error_class = NSQDHTTPError
+    Go's ``clusterinfo.GetLookupdTopicProducers`` (nsqio/nsq
+    ``internal/clusterinfo/data.go``): every lookupd is asked concurrently,
+    the producers are unioned and the failures collected; it fails only
+    when no lookupd answered. The union is keyed by
+    ``broadcast_address:tcp_port``, the address a client connects to (Go's
+    tools key on ``broadcast_address:http_port``: an nsqd has one of each,
+    so both pick out the same nsqds).
 
-    async def stats(self, address: str, topic: str = "", channel: str = "", include_clients: bool = True) -> dict:
-        """GET /stats?format=json: ``{"version", "health", "start_time",
-        "topics": [...] | None, "producers": ...}`` (topic and channel
-        filters as nsqd's). Raises NSQDHTTPError."""
-        params = {"format": "json"}
-        if topic:
-            params["topic"] = topic
-        if channel:
-            params["channel"] = channel
-        if not include_clients:
-            params["include_clients"] = "false"
-        return await self._request("GET", address, "/stats", params)
+    Args:
+        lookupd_http_addresses: ``host:port`` or ``http(s)://host:port``.
+        topic: the topic name.
+        client: the lookupd client to use (its timeouts, user agent, TLS);
+            by default a new one, closed before returning.
+
+    Returns:
+        the producers in the order the lookupds listed them, first seen
+        first, with ``errors`` listing the lookupds that failed; empty
+        when no address is given.
+
+    Raises:
+        LookupdQueryError: every lookupd failed (``errors`` says why).
+    """
+    addresses = list(dict.fromkeys(lookupd_http_addresses))
+    if not addresses:
+        return ProducerList()
+    own = client is None
+    lookupd = client if client is not None else LookupdHTTPClient()
+    try:
+        answers, errors = await ask_each(addresses, lambda a: lookupd.lookup(a, topic))
+    finally:
+        if own:
+            await lookupd.close()
+    if not answers:
+        raise LookupdQueryError(errors)
+    found: dict[str, Producer] = {}
+    for _, answer in answers:
+        for obj in answer["producers"]:
+            if isinstance(obj, dict):
+                p = Producer.from_json(obj)
+                found.setdefault(p.tcp_address, p)
+    return ProducerList(found.values(), errors)

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from nsq.server.durations import format_duration, parse_duration
+from nsq._internal.durations import format_duration, parse_duration
 
 __all__ = ["GoBool", "GoCommand", "GoDuration", "fail", "flag_values", "collect_options", "run_async", "serve_daemon",
            "spec_options", "stop_event"]

@@ -5,7 +5,7 @@ imported only when the command runs, so ``nsq --help`` stays fast.
 
 Environment: ``NSQ_ADMIN_USER`` names the acting user (default: the login
 name), ``NSQ_ADMIN_READ_ONLY=1`` forces ``--read-only``; see
-:mod:`nsq.tui.actions` for the other fields of the notifications.
+:mod:`nsq.cluster.actions` for the other fields of the notifications.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def _app_argv(lookupd: tuple[str, ...], nsqd: tuple[str, ...], connect_timeout: 
               tls_cert: str, tls_key: str, tls_root_ca_file: str, tls_insecure: bool, endpoint: str,
               admin_users: tuple[str, ...], refresh_interval: float, read_only: bool, action_log: str) -> list[str]:
     """The ``nsq admin`` arguments (no serve flags) each served session runs with."""
-    from nsq.server.durations import format_duration
+    from nsq._internal.durations import format_duration
 
     argv: list[str] = []
     for a in lookupd:
@@ -166,30 +166,12 @@ def _app_argv(lookupd: tuple[str, ...], nsqd: tuple[str, ...], connect_timeout: 
 
 def _run(lookupd: list[str], nsqd: list[str], connect_timeout: float, request_timeout: float, ssl_context: Any,
          endpoint: str, admin_users: list[str], refresh_interval: float, read_only: bool, action_log: str) -> int:
-    import asyncio
-    import logging
+    from nsq.cluster.actions import Actor
+    from nsq.tui.admin import run_admin_app
 
-    from nsq.tui.actions import Actor, Admin
-    from nsq.tui.admin import AdminApp
-    from nsq.tui.cluster import Cluster
-
-    # log lines on stderr would tear the screen: actions go to --action-log
-    logging.getLogger("nsq.admin").addHandler(logging.NullHandler())
-    logging.getLogger("nsq.admin").propagate = False
     actor = Actor.from_env()
     read_only, reason = access(read_only, admin_users, actor.user)
-
-    async def main() -> int:
-        async with Cluster(lookupd, nsqd, connect_timeout=connect_timeout, request_timeout=request_timeout,
-                           ssl_context=ssl_context) as cluster:
-            admin = None if read_only else Admin(cluster, actor, endpoint, action_log)
-            app = AdminApp(cluster, admin, read_only=read_only, read_only_reason=reason,
-                           refresh_interval=refresh_interval)
-            try:
-                await app.run_async()
-            finally:
-                if admin is not None:
-                    await admin.close()
-            return app.return_code or 0
-
-    return asyncio.run(main())
+    return run_admin_app(lookupd, nsqd, actor=actor, read_only=read_only, read_only_reason=reason,
+                         connect_timeout=connect_timeout, request_timeout=request_timeout, ssl_context=ssl_context,
+                         notification_http_endpoint=endpoint, action_log=action_log,
+                         refresh_interval=refresh_interval)

@@ -47,7 +47,7 @@ def lookupd(config: str | None, show_version: bool, verbose: Any, **flags: Any) 
         opts = build_options(config, flags)
     except ConfigError as exc:
         fail(str(exc))
-    from nsq.server.logs import setup_logging
+    from nsq._internal.logs import setup_logging
 
     setup_logging(opts.log_prefix, opts.log_level)
     raise SystemExit(run_async(_serve(opts)))

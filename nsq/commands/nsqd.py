@@ -55,7 +55,7 @@ def nsqd(config: str | None, show_version: bool, verbose: Any, worker_id: int | 
         opts = build_options(config, flags)
     except ConfigError as exc:
         fail(str(exc))
-    from nsq.server.logs import setup_logging
+    from nsq._internal.logs import setup_logging
 
     setup_logging(opts.log_prefix, opts.log_level)
     code = run_async(_serve(opts))

@@ -1,11 +1,10 @@
-"""``nsq tail``: consume a topic/channel and write bodies to stdout (nsq_tail)."""
+"""``nsq tail``: flags -> :func:`nsq.apps.tail.tail` (Go's nsq_tail,
+nsqio/nsq ``apps/nsq_tail/nsq_tail.go``)."""
 
 from __future__ import annotations
 
 import asyncio
-import random
 import sys
-from typing import Any
 
 import click
 
@@ -26,69 +25,27 @@ def tail(topics: tuple[str, ...], channel: str | None, addresses: tuple[str, ...
 
     Without --channel, an ephemeral channel tail<random>#ephemeral is used.
     """
+    from nsq.apps.tail import ephemeral_channel
+    from nsq.apps.tail import tail as run_tail
+
     if channel is None:
-        channel = f"tail{random.randrange(1000000)}#ephemeral"
+        channel = ephemeral_channel()
     check_sources(topics, channel, addresses, lookupd)
     if total < 0:
         fail("-n must be >= 0")
     if total and max_in_flight > total:
         max_in_flight = total
     identify, kwargs = consumer_settings("nsq_tail", consumer_opts, max_in_flight)
+
+    async def main() -> int:
+        return await run_tail(list(topics), channel, nsqd_tcp_addresses=addresses, lookupd_http_addresses=lookupd,
+                              total=total, print_topic=print_topic, identify=identify, consumer_kwargs=kwargs,
+                              stop=stop_event())
+
     try:
-        code = run_async(_tail(list(topics), channel, list(addresses), list(lookupd), total, print_topic,
-                               identify, kwargs))
+        code = run_async(main())
     except (OSError, asyncio.TimeoutError) as exc:
         fail(f"cannot connect to nsqd: {exc}")
     except Exception as exc:
         fail(str(exc))
     sys.exit(code)
-
-
-async def _tail(topics: list[str], channel: str, addresses: list[str], lookupd: list[str], total: int,
-                print_topic: bool, identify: dict[str, Any], kwargs: dict[str, Any]) -> int:
-    from nsq.client import Consumer
-
-    out = sys.stdout.buffer
-    loop = asyncio.get_running_loop()
-    done = stop_event()
-    shown = 0
-    flush_pending = False
-
-    def flush() -> None:
-        nonlocal flush_pending
-        flush_pending = False
-        try:
-            out.flush()
-        except BrokenPipeError:
-            done.set()
-
-    def make_handler(topic: str):
-        prefix = topic.encode() + b" | "
-
-        def handle(msg) -> bool:
-            nonlocal shown, flush_pending
-            if total and shown >= total:
-                return False  # past -n: hand it back
-            shown += 1
-            if print_topic:
-                out.write(prefix)
-            out.write(msg.body)
-            out.write(b"\n")
-            if not flush_pending:
-                flush_pending = True
-                loop.call_soon(flush)
-            if total and shown >= total:
-                done.set()
-            return True
-
-        return handle
-
-    consumers = [Consumer(t, channel, make_handler(t), addresses, identify=identify, lookupd_http_addresses=lookupd,
-                          **kwargs) for t in topics]
-    try:
-        await asyncio.gather(*(c.start() for c in consumers))
-        await done.wait()
-    finally:
-        await asyncio.gather(*(c.close(timeout=1.0) for c in consumers), return_exceptions=True)
-        flush()
-    return 0

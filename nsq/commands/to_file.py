@@ -69,7 +69,7 @@ def to_file(topics: tuple[str, ...], channel: str, addresses: tuple[str, ...], l
     import re
 
     from nsq.apps.file_logger import FileLoggerOptions, compute_filename_format
-    from nsq.server.logs import setup_logging
+    from nsq._internal.logs import setup_logging
 
     if not channel:
         fail("--channel is required")

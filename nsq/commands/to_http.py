@@ -92,7 +92,7 @@ def to_http(topic: str, channel: str, addresses: tuple[str, ...], lookupd: tuple
             fail(str(exc))
     identify, kwargs = consumer_settings("nsq_to_http", consumer_opts, max_in_flight)
 
-    from nsq.server.logs import setup_logging
+    from nsq._internal.logs import setup_logging
 
     setup_logging("", "info")
     try:

@@ -74,7 +74,7 @@ def to_nsq(topics: tuple[str, ...], channel: str, addresses: tuple[str, ...], lo
         fail("--require-json-value requires --require-json-field")
     c_identify, c_kwargs = consumer_settings("nsq_to_nsq", consumer_opts, max_in_flight)
     p_identify, p_kwargs = producer_settings("nsq_to_nsq", producer_opts)
-    from nsq.server.logs import setup_logging
+    from nsq._internal.logs import setup_logging
 
     setup_logging("", "info")
     try:

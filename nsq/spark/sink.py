@@ -102,22 +102,25 @@ def _rows(items: Iterable[Any], default_topic: str | None) -> Iterator[tuple[str
 
 
 async def _nsqd_for(settings: SinkSettings, index: int) -> str:
+    """``nsqd_tcp_address[index % n]``, or the ``index % n``-th of the nsqds
+    the lookupds know (:func:`nsq.cluster.lookupd.lookupd_producers`, sorted).
+
+    Raises:
+        ConnectionError: no lookupd answered, or none knows an nsqd.
+    """
     addresses = list(settings.nsqd_tcp_addresses)
     if not addresses:
-        from nsq.client.lookupd import LookupdHTTPClient, producer_address
+        from nsq.cluster.lookupd import LookupdQueryError, lookupd_producers
 
-        async with LookupdHTTPClient() as client:
-            found: set[str] = set()
-            errors = []
-            for lookupd in settings.lookupd_http_addresses:
-                try:
-                    found.update(producer_address(p) for p in await client.nodes(lookupd))
-                except Exception as exc:
-                    errors.append(exc)
-            if not found:
-                raise ConnectionError(f"no nsqd found through lookupd {', '.join(settings.lookupd_http_addresses)}"
-                                      + (f": {errors[0]}" if errors else ""))
-            addresses = sorted(found)
+        lookupds = list(settings.lookupd_http_addresses)
+        try:
+            producers = await lookupd_producers(lookupds)
+        except LookupdQueryError as exc:
+            raise ConnectionError(f"no nsqd found through lookupd {', '.join(lookupds)}: {exc.errors[0]}") from None
+        addresses = sorted({p.tcp_address for p in producers})
+        if not addresses:
+            raise ConnectionError(f"no nsqd found through lookupd {', '.join(lookupds)}"
+                                  + (f": {producers.errors[0]}" if producers.errors else ""))
     return addresses[index % len(addresses)]
 
 

@@ -10,9 +10,9 @@ messages, clients), shown
 - as sparklines of the cluster's depth, ingress and egress;
 - as a history table, one row per report as the plain lines.
 
-Data comes from :class:`nsq.commands.stat.StatPoller` (or anything with
+Data comes from :class:`nsq.cluster.stat.StatPoller` (or anything with
 its ``poll()``/``close()``/``topic``/``channel``/``interval``/``source``),
-so the TUI and the plain report always agree.
+so the TUI and the plain report (:mod:`nsq.apps.stat`) always agree.
 
 Keys: ``q`` quit, ``p`` pause/resume polling, ``r`` poll now.
 """
@@ -22,15 +22,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Sparkline, Static
 
-if TYPE_CHECKING:
-    from nsq.commands.stat import StatReport
+from nsq.cluster.stat import PlainWriter, StatReport
 
 __all__ = ["COLUMNS", "StatApp", "run_stat_app"]
 
@@ -90,7 +89,7 @@ class StatApp(App[int]):
     """The live report of one channel.
 
     Args:
-        poller: a :class:`~nsq.commands.stat.StatPoller` (or an object with
+        poller: a :class:`~nsq.cluster.stat.StatPoller` (or an object with
             the same ``poll``/``close`` coroutines and attributes).
         count: end after this many reports (polls); None runs until ``q``.
 
@@ -161,8 +160,6 @@ class StatApp(App[int]):
                 try:
                     report = await self.poller.poll()
                 except Exception as exc:  # a bug or an unexpected answer: show it, go on
-                    from nsq.commands.stat import StatReport
-
                     number = (self._last.number + 1) if self._last else 1
                     report = StatReport(number, time.time(), error=f"{type(exc).__name__}: {exc}")
                 self.show(report)
@@ -266,8 +263,6 @@ def run_stat_app(poller: Any, *, count: int | None = None, out: IO[str] | None =
     (those without errors) are written to ``out`` afterwards, so the figures
     stay on the terminal once the TUI is gone.
     """
-    from nsq.commands.stat import PlainWriter
-
     app = StatApp(poller, count=count)
     app.run()
     if app.ended_by_count and out is not None:

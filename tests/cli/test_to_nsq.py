@@ -1,4 +1,4 @@
-"""``nsq to-nsq`` (Go nsq_to_nsq v1.2, seed 000 "nsq_to_nsq") end to end.
+"""``nsq to-nsq`` (Go nsq_to_nsq v1.2, https://nsq.io/components/utilities.html#nsq_to_nsq) end to end.
 
 Real parts only: two in-process nsqds (source and destination) on loopback
 ports, ``nsq to-nsq`` as a subprocess, messages published over HTTP and

@@ -11,9 +11,9 @@ import struct
 from textual.widgets import DataTable, Input, Static
 
 from nsq.client import Consumer
-from nsq.tui.actions import Actor, Admin
+from nsq.cluster.actions import Actor, Admin
 from nsq.tui.admin import AdminApp, ChannelScreen, NodesScreen, TopicScreen, TopicsScreen
-from nsq.tui.cluster import Cluster
+from nsq.cluster.poller import Cluster
 from nsq.tui.widgets import ConfirmScreen, CreateScreen, HelpScreen
 from tests.tui.conftest import AdminCluster, NotificationSink, wait_until
 

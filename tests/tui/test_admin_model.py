@@ -4,7 +4,7 @@ rates from successive polls, e2e merging, formats."""
 from __future__ import annotations
 
 from nsq.tui import fmt
-from nsq.tui.model import (
+from nsq.cluster.model import (
     ClusterSnapshot,
     History,
     NodeInfo,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 
 from nsq.tui.admin import AdminApp, FixedSource
-from nsq.tui.model import ClusterSnapshot, History, LookupdInfo, NodeError, NodeInfo, aggregate, apply_rates
+from nsq.cluster.model import ClusterSnapshot, History, LookupdInfo, NodeError, NodeInfo, aggregate, apply_rates
 
 T0 = 1_790_000_000.0  # the last poll, Unix seconds
 POLLS = 12

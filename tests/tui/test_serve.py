@@ -1,4 +1,4 @@
-"""``nsq admin --serve`` guard (nsq/tui/serve.py): loopback by default,
+"""``nsq admin --serve`` guard (the nsq/tui/serve/ package): loopback by default,
 credentials beyond loopback, who may act, per-session env, real sessions.
 
 Sessions spawn a stub command that speaks textual-serve's wire (the

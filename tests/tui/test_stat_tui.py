@@ -1,4 +1,4 @@
-"""Live ``nsq stat`` (nsq/tui/stat.py) against a real nsqd, the plain
+"""Live ``nsq stat`` (nsq/tui/stat.py over nsq/cluster/stat.py) against a real nsqd, the plain
 report it must leave unchanged, and a snapshot with fixed data."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import aiohttp
 from textual.widgets import DataTable, Static
 
-from nsq.commands.stat import NodeReport, StatPoller, StatReport
+from nsq.cluster.stat import NodeReport, StatPoller, StatReport
 from nsq.tui.stat import StatApp
 from tests.cli.conftest import NSQ, run_nsq
 from tests.tui.conftest import run_in_pty

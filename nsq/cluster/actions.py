@@ -1,5 +1,8 @@
-"""Admin actions of ``nsq admin``, done as Go nsqadmin's ``clusterinfo`` does
-them, each followed by nsqadmin's notification.
+"""Admin actions of ``nsq admin``, done as Go nsqadmin does them (nsqio/nsq
+``nsqadmin/http.go`` handlers over ``internal/clusterinfo/data.go``:
+``CreateTopicChannel``, ``DeleteTopic``, ``DeleteChannel``, ``PauseTopic``,
+``EmptyChannel``, ``TombstoneNodeForTopic`` ...), each followed by
+nsqadmin's notification (``nsqadmin/notify.go``, ``AdminAction``).
 
 ==================== ========================================================
 action               HTTP calls
@@ -47,9 +50,9 @@ from urllib.parse import quote
 
 import aiohttp
 
-from nsq.client.lookupd import LookupdError
+from nsq.client.lookupd import HTTPAPIError
+from nsq.cluster.poller import USER_AGENT, Cluster
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
-from nsq.tui.cluster import USER_AGENT, Cluster
 
 __all__ = ["ActionResult", "Actor", "Admin"]
 
@@ -156,7 +159,7 @@ class Admin:
     async def _run(self, result: ActionResult, calls: list[Awaitable[bool]]) -> None:
         answers = await asyncio.gather(*calls, return_exceptions=True)
         for answer in answers:
-            if isinstance(answer, LookupdError):
+            if isinstance(answer, HTTPAPIError):
                 result.errors.append(str(answer))
             elif isinstance(answer, BaseException):
                 raise answer

@@ -1,12 +1,13 @@
 """The cluster as ``nsq admin`` shows it: plain dataclasses and the pure
-aggregation of nsqd ``/stats`` answers (no I/O, no Textual).
+aggregation of nsqd ``/stats`` answers (no I/O).
 
-Aggregation follows Go nsqadmin's ``clusterinfo`` (``TopicStats.Add``,
-``ChannelStats.Add``, ``E2eProcessingLatencyAggregate.Add``): a topic's
-figures are summed over every nsqd that has it, a channel's over every nsqd
-that has the topic and the channel, and each aggregate keeps the per-nsqd
-figures in ``nodes``. Rates (messages/s) come from two successive polls
-(:func:`apply_rates`); nsqadmin only shows them with graphite.
+Aggregation follows Go nsqadmin's ``clusterinfo`` (nsqio/nsq
+``internal/clusterinfo/types.go``: ``TopicStats.Add``, ``ChannelStats.Add``,
+``E2eProcessingLatencyAggregate.Add``): a topic's figures are summed over
+every nsqd that has it, a channel's over every nsqd that has the topic and
+the channel, and each aggregate keeps the per-nsqd figures in ``nodes``.
+Rates (messages/s) come from two successive polls (:func:`apply_rates`);
+nsqadmin only shows them with graphite.
 
 Counts are messages; depths are messages queued (memory + disk); times are
 Unix seconds; e2e latencies are nanoseconds.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -447,7 +449,7 @@ class ClusterSnapshot:
         return t
 
 
-def aggregate(per_node: list[tuple[NodeInfo, dict]], known_topics: list[str] = ()) -> list[TopicStats]:
+def aggregate(per_node: list[tuple[NodeInfo, dict]], known_topics: Sequence[str] = ()) -> list[TopicStats]:
     """Aggregate nsqd ``/stats`` answers per topic and channel.
 
     Args:

@@ -1,11 +1,13 @@
 """Polling a cluster for ``nsq admin``: lookupd ``/nodes``, ``/topics``,
 ``/info`` and each nsqd's ``/stats`` and ``/info`` over HTTP, aggregated by
-:mod:`nsq.tui.model` (no Textual here).
+:mod:`nsq.cluster.model`.
 
-Like Go nsqadmin, the nsqds are those the lookupds list (``/nodes``) or,
-without lookupds, the ``--nsqd-http-address`` list (each asked ``/info``).
-A daemon that cannot be read becomes a :class:`~nsq.tui.model.NodeError`
-in the snapshot (and its node an ``error``); a poll never raises for it.
+Like Go nsqadmin (nsqio/nsq ``nsqadmin/http.go`` over
+``internal/clusterinfo``), the nsqds are those the lookupds list
+(``/nodes``) or, without lookupds, the ``--nsqd-http-address`` list (each
+asked ``/info``). A daemon that cannot be read becomes a
+:class:`~nsq.cluster.model.NodeError` in the snapshot (and its node an
+``error``); a poll never raises for it.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from nsq import NSQ_VERSION, __version__
-from nsq.client.lookupd import LookupdError, LookupdHTTPClient, NSQDHTTPClient
-from nsq.tui.model import (
+from nsq.client.lookupd import HTTPAPIError, LookupdHTTPClient, Producer
+from nsq.cluster.lookupd import topic_nsqds
+from nsq.cluster.model import (
     ChannelStats,
     ClusterSnapshot,
     History,
@@ -26,9 +30,9 @@ from nsq.tui.model import (
     NodeInfo,
     aggregate,
     apply_rates,
-    host_port,
     version_tuple,
 )
+from nsq.cluster.nsqd import NSQDHTTPClient, nsqd_topic_producers
 
 __all__ = ["Cluster", "USER_AGENT"]
 
@@ -57,7 +61,7 @@ class Cluster:
     Use ``async with Cluster(...)`` or call :meth:`close`.
     """
 
-    def __init__(self, lookupd_http_addresses: list[str] = (), nsqd_http_addresses: list[str] = (), *,
+    def __init__(self, lookupd_http_addresses: Sequence[str] = (), nsqd_http_addresses: Sequence[str] = (), *,
                  connect_timeout: float = 2.0, request_timeout: float = 5.0,
                  ssl_context: ssl.SSLContext | None = None, history: int = 120) -> None:
         self.lookupd_addresses = list(lookupd_http_addresses)
@@ -103,7 +107,7 @@ class Cluster:
         topics: set[str] = set()
         for address, (producers, names, info) in zip(self.lookupd_addresses, answers):
             failure = next((r for r in (producers, names, info) if isinstance(r, BaseException)), None)
-            if failure is not None and not isinstance(failure, LookupdError):
+            if failure is not None and not isinstance(failure, HTTPAPIError):
                 raise failure
             lk = LookupdInfo(_strip_scheme(address))
             lookupds.append(lk)
@@ -116,18 +120,16 @@ class Cluster:
                 topics.update(str(n) for n in names)
             if not isinstance(producers, list):
                 continue
-            for p in producers:
-                if not isinstance(p, dict):
+            for obj in producers:
+                if not isinstance(obj, dict):
                     continue
-                node = NodeInfo(hostname=str(p.get("hostname") or ""),
-                                broadcast_address=str(p.get("broadcast_address") or ""),
-                                tcp_port=int(p.get("tcp_port") or 0), http_port=int(p.get("http_port") or 0),
-                                version=str(p.get("version") or ""))
-                tombstones = list(p.get("tombstones") or [])
-                node.topics = sorted((str(t), bool(tombstones[i]) if i < len(tombstones) else False)
-                                     for i, t in enumerate(p.get("topics") or []))
+                p = Producer.from_json(obj)
+                node = NodeInfo(hostname=p.hostname, broadcast_address=p.broadcast_address, tcp_port=p.tcp_port,
+                                http_port=p.http_port, version=p.version)
+                node.topics = sorted((t, p.tombstones[i] if i < len(p.tombstones) else False)
+                                     for i, t in enumerate(p.topics))
                 known = nodes.setdefault(node.tcp_address, node)
-                known.remote_addresses.append(f"{lk.address}/{p.get('remote_address') or 'N/A'}")
+                known.remote_addresses.append(f"{lk.address}/{p.remote_address or 'N/A'}")
         return lookupds, list(nodes.values()), sorted(topics)
 
     async def _nsqd_nodes(self, errors: list[NodeError]) -> list[NodeInfo]:
@@ -137,7 +139,7 @@ class Cluster:
             plain = _strip_scheme(address)
             host, _, port = plain.rpartition(":")
             host = host.strip("[]")
-            if isinstance(info, LookupdError):
+            if isinstance(info, HTTPAPIError):
                 node = NodeInfo(hostname=host, broadcast_address=host, tcp_port=0,
                                 http_port=int(port) if port.isdigit() else 0, version="", error=str(info),
                                 address=address.rstrip("/"))
@@ -160,7 +162,7 @@ class Cluster:
         """Read the whole cluster once (no rates).
 
         Returns:
-            a :class:`~nsq.tui.model.ClusterSnapshot`; unreachable daemons
+            a :class:`~nsq.cluster.model.ClusterSnapshot`; unreachable daemons
             are in its ``errors``.
         """
         taken_at = time.time()
@@ -176,7 +178,7 @@ class Cluster:
             *(self.nsqd.stats(n.api_address) for n in readable), return_exceptions=True)
         per_node: list[tuple[NodeInfo, dict]] = []
         for node, stats in zip(readable, answers):
-            if isinstance(stats, LookupdError):
+            if isinstance(stats, HTTPAPIError):
                 node.error = str(stats)
                 errors.append(NodeError("nsqd", node.api_address, str(stats)))
                 continue
@@ -206,41 +208,19 @@ class Cluster:
     # -- used by the actions -----------------------------------------------------------
 
     async def topic_producers(self, topic: str) -> tuple[list[str], list[str]]:
-        """HTTP addresses of the nsqds that have ``topic``, asked now.
+        """HTTP addresses of the nsqds that have ``topic``, asked now (the
+        targets of nsqadmin's actions, Go's ``clusterinfo.GetTopicProducers``).
 
-        With lookupds: ``/lookup`` producers plus the ``/nodes`` entries
-        listing the topic (tombstoned ones included); without: the
-        ``--nsqd-http-address`` nsqds whose ``/stats`` has it.
+        With lookupds: :func:`~nsq.cluster.lookupd.topic_nsqds` (``/lookup``
+        producers plus the ``/nodes`` entries listing the topic, tombstoned
+        ones included); without: the ``--nsqd-http-address`` nsqds whose
+        ``/stats`` has it.
 
         Returns:
             (addresses, error texts of the daemons that failed).
         """
-        errors: list[str] = []
-        found: dict[str, None] = {}
         if self.lookupd_addresses:
-            lookups = await asyncio.gather(*(self.lookupd.lookup(a, topic) for a in self.lookupd_addresses),
-                                           *(self.lookupd.nodes(a) for a in self.lookupd_addresses),
-                                           return_exceptions=True)
-            n = len(self.lookupd_addresses)
-            for i, result in enumerate(lookups):
-                if isinstance(result, LookupdError):
-                    if i < n:  # one message per lookupd is enough
-                        errors.append(str(result))
-                    continue
-                if isinstance(result, BaseException):
-                    raise result
-                producers = result["producers"] if i < n else [p for p in result
-                                                               if topic in (p.get("topics") or [])]
-                for p in producers:
-                    found[host_port(str(p.get("broadcast_address") or ""), p.get("http_port"))] = None
-            return list(found), errors
-        answers = await asyncio.gather(*(self.nsqd.stats(a, topic=topic, include_clients=False)
-                                         for a in self.nsqd_addresses), return_exceptions=True)
-        for address, result in zip(self.nsqd_addresses, answers):
-            if isinstance(result, LookupdError):
-                errors.append(str(result))
-            elif isinstance(result, BaseException):
-                raise result
-            elif any(t.get("topic_name") == topic for t in result.get("topics") or []):
-                found[address.rstrip("/")] = None
-        return list(found), errors
+            producers = await topic_nsqds(self.lookupd_addresses, topic, client=self.lookupd)
+            return [p.http_address for p in producers], [str(e) for e in producers.errors]
+        found, errors = await nsqd_topic_producers(self.nsqd_addresses, topic, self.nsqd)
+        return found, [str(e) for e in errors]

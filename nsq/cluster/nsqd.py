@@ -1,0 +1,57 @@
+"""nsqd's HTTP API as the tools read it: ``/stats``, ``/info`` and the
+admin POSTs (https://nsq.io/components/nsqd.html#http-api), and the nsqds of
+a topic when no lookupd is given (nsqio/nsq ``internal/clusterinfo/data.go``,
+``GetNSQDTopicProducers``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from nsq.client.lookupd import HTTPAPIClient, HTTPAPIError, ask_each
+
+__all__ = ["NSQDHTTPClient", "NSQDHTTPError", "nsqd_topic_producers"]
+
+
+class NSQDHTTPError(HTTPAPIError):
+    """An nsqd could not be reached or gave an unusable answer (``address``,
+    ``status``, ``reason`` as :class:`~nsq.client.lookupd.HTTPAPIError`)."""
+
+    kind = "nsqd"
+
+
+class NSQDHTTPClient(HTTPAPIClient):
+    """Asks nsqds over HTTP: the session, headers and timeouts of
+    :class:`~nsq.client.lookupd.HTTPAPIClient`, errors raised as
+    :class:`NSQDHTTPError`."""
+
+    error_class = NSQDHTTPError
+
+    async def stats(self, address: str, topic: str = "", channel: str = "", include_clients: bool = True) -> dict:
+        """GET /stats?format=json: ``{"version", "health", "start_time",
+        "topics": [...] | None, "producers": ...}`` (topic and channel
+        filters as nsqd's; counts in messages, ``e2e_processing_latency``
+        values in ns). Raises NSQDHTTPError."""
+        params = {"format": "json"}
+        if topic:
+            params["topic"] = topic
+        if channel:
+            params["channel"] = channel
+        if not include_clients:
+            params["include_clients"] = "false"
+        return await self._request("GET", address, "/stats", params)
+
+
+async def nsqd_topic_producers(nsqd_http_addresses: Iterable[str], topic: str, client: NSQDHTTPClient
+                               ) -> tuple[list[str], list[HTTPAPIError]]:
+    """The given nsqds whose ``/stats`` has ``topic``, asked concurrently.
+
+    Returns:
+        (their addresses as given, without a trailing ``/``; the errors of
+        the nsqds that failed).
+    """
+    answers, errors = await ask_each(nsqd_http_addresses,
+                                     lambda a: client.stats(a, topic=topic, include_clients=False))
+    found = [address.rstrip("/") for address, stats in answers
+             if any(t.get("topic_name") == topic for t in stats.get("topics") or [])]
+    return list(dict.fromkeys(found)), errors

@@ -1,0 +1,37 @@
+"""``nsq admin``: Go nsqadmin's pages as a Textual app.
+
+Screens (each refreshed at every poll, every ``refresh_interval`` seconds):
+
+- Topics (:mod:`.topics`): every topic with depth, memory + disk, in
+  flight, deferred, messages, rate, channels and producers, cluster totals
+  and a rate sparkline on top; sort and filter.
+- Topic (:mod:`.topic`): per nsqd and per channel figures (e2e percentiles
+  when nsqd records them), sparklines of the queued messages and the rate.
+- Channel (:mod:`.channel`): per nsqd figures and every consumer connection.
+- Nodes (:mod:`.nodes`): the nsqds (version, ports, lookupd connections,
+  topics and tombstones) and the lookupds.
+
+Admin actions (create, pause/unpause, empty, delete, tombstone) ask for a
+confirmation, run through :class:`~nsq.cluster.actions.Admin` and report in
+a toast; a read-only app shows and binds none of them. The data comes from
+a *source*: anything with ``description`` and ``async poll() ->
+ClusterSnapshot`` (:class:`~nsq.cluster.poller.Cluster`, or
+:class:`FixedSource` for screenshots and tests). The keys are
+:data:`~.keys.KEYS`; :func:`run_admin_app` runs the app on a cluster.
+
+CSS is inline (not a ``.tcss`` file) so the app runs from the zipapp
+without package data.
+"""
+
+from __future__ import annotations
+
+from nsq.tui.admin.app import AdminApp, FixedSource, run_admin_app
+from nsq.tui.admin.base import AdminScreen
+from nsq.tui.admin.channel import ChannelScreen
+from nsq.tui.admin.keys import KEYS, REFRESH_INTERVALS
+from nsq.tui.admin.nodes import NodesScreen
+from nsq.tui.admin.topic import TopicScreen
+from nsq.tui.admin.topics import TopicsScreen
+
+__all__ = ["KEYS", "REFRESH_INTERVALS", "AdminApp", "AdminScreen", "ChannelScreen", "FixedSource", "NodesScreen",
+           "TopicScreen", "TopicsScreen", "run_admin_app"]

@@ -1,0 +1,48 @@
+"""The keys of ``nsq admin`` and what bounds its screens (no Textual):
+the help screen and the README show :data:`KEYS`."""
+
+from __future__ import annotations
+
+__all__ = ["ADMIN_ACTIONS", "KEYS", "REFRESH_INTERVALS", "WIDE_FROM"]
+
+#: the refresh intervals ``+`` and ``-`` step through, seconds
+REFRESH_INTERVALS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 15.0, 30.0, 60.0)
+
+#: the keys, by screen: (keys, what, changes the cluster); the help screen
+#: and the README show this table
+KEYS: list[tuple[str, list[tuple[str, str, bool]]]] = [
+    ("Everywhere", [
+        ("?", "this help", False),
+        ("1 / 2", "Topics / Nodes screen", False),
+        ("escape, backspace", "back (up from channel to topic to topics)", False),
+        ("up, down, pgup, pgdn", "move in the table; enter (or a second click) opens the row", False),
+        ("tab", "next table or field", False),
+        ("r", "refresh now", False),
+        ("+ / -", "refresh less / more often (0.5s to 60s)", False),
+        ("q", "quit", False),
+    ]),
+    ("Topics", [
+        ("enter", "open the topic", False),
+        ("/", "filter topics by name (escape clears)", False),
+        ("s / S", "sort by the next column / reverse (or click a column header)", False),
+        ("c", "create a topic and optionally a channel", True),
+        ("p", "pause or unpause the topic", True),
+        ("e", "empty the topic's own queue", True),
+        ("d", "delete the topic", True),
+    ]),
+    ("Topic", [
+        ("enter", "open the channel (channel table)", False),
+        ("c", "create a channel in this topic", True),
+        ("p / e / d", "pause or unpause / empty / delete the topic", True),
+        ("t", "tombstone the topic on the selected nsqd (and delete it there)", True),
+    ]),
+    ("Channel", [
+        ("p / e / d", "pause or unpause / empty / delete the channel", True),
+    ]),
+]
+
+#: terminal width from which each table uses full column names
+WIDE_FROM = {"topics": 100, "topic-nodes": 110, "channels": 140, "channel-nodes": 150, "clients": 160}
+
+#: every action that changes the cluster (none of them in read-only mode)
+ADMIN_ACTIONS = frozenset({"create", "pause", "empty", "delete", "tombstone"})

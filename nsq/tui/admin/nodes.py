@@ -1,0 +1,69 @@
+"""The Nodes screen: the nsqds (version, ports, lookupd connections,
+topics and tombstones) and the lookupds (nsqadmin's
+``nsqadmin/static/html/nodes.hbs`` and ``lookup.hbs``)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Label, Static
+
+from nsq.cluster.model import ClusterSnapshot, NodeInfo
+from nsq.tui.admin.base import AdminScreen
+from nsq.tui.widgets import fill_table, num, set_columns
+
+__all__ = ["NodesScreen"]
+
+
+class NodesScreen(AdminScreen):
+    """The nsqds and the lookupds."""
+
+    AUTO_FOCUS = "#nodes"
+    BINDINGS: ClassVar = [Binding("1", "app.mode('topics')", "Topics")]
+    def compose_body(self) -> ComposeResult:
+        yield Static("", id="title")
+        yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
+        yield Label("nsqlookupd", classes="section", id="lookupds-label")
+        yield DataTable(id="lookupds", cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        set_columns(self.query_one("#nodes", DataTable),
+                     ["Hostname", "Broadcast Address", "TCP", "HTTP", "Version", "Lookupds", "Topics"])
+        set_columns(self.query_one("#lookupds", DataTable), ["Address", "Version", "Status"])
+        super().on_mount()
+
+    def show_body(self, snapshot: ClusterSnapshot) -> None:
+        self.query_one("#title", Static).update(Text(f"NSQd Nodes ({len(snapshot.nodes)})", style="bold"))
+        n_lookupds = len(snapshot.lookupds)
+        rows = []
+        for node in snapshot.nodes:
+            rows.append((node.api_address, self._node_cells(node, n_lookupds)))
+        fill_table(self.query_one("#nodes", DataTable), rows)
+        lookupds = self.query_one("#lookupds", DataTable)
+        fill_table(lookupds, [(lk.address, [Text(lk.address, style="bold"), lk.version or "-",
+                                            Text(f"✘ {lk.error}", style="bold red") if lk.error
+                                            else Text("OK", style="green")]) for lk in snapshot.lookupds])
+        lookupds.display = bool(snapshot.lookupds)
+        self.query_one("#lookupds-label").display = bool(snapshot.lookupds)
+
+    @staticmethod
+    def _node_cells(node: NodeInfo, n_lookupds: int) -> list[Any]:
+        style = "yellow" if node.out_of_date else ""
+        if node.error:
+            version: Text = Text("✘ unreachable", style="bold red")
+            topics = Text(node.error, style="red")
+        else:
+            version = Text(node.version + (" (old)" if node.out_of_date else ""), style=style)
+            topics = Text(f"{len(node.topics)}: ", style="bold")
+            for i, (name, tombstoned) in enumerate(node.topics):
+                if i:
+                    topics.append(" ")
+                topics.append(name + (" (tombstoned)" if tombstoned else ""),
+                              style="strike yellow" if tombstoned else "cyan")
+        conns = num(len(node.remote_addresses) if n_lookupds else "-",
+                    "bold yellow" if n_lookupds and len(node.remote_addresses) != n_lookupds else "")
+        return [Text(node.hostname, style=style or "bold"), node.broadcast_address, num(node.tcp_port or "-"),
+                num(node.http_port or "-"), version, conns, topics]

@@ -1,0 +1,187 @@
+"""The Topic screen: one topic's nsqds and channels, e2e percentiles,
+sparklines, and the topic actions with their confirmations (nsqadmin's
+``nsqadmin/static/html/topic.hbs``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Label, Static
+
+from nsq.cluster.model import ClusterSnapshot, TopicStats
+from nsq.tui import fmt
+from nsq.tui.admin.base import AdminScreen
+from nsq.tui.admin.cells import (
+    CHANNEL_COLUMNS,
+    TOPIC_NODE_COLUMNS,
+    channel_cells,
+    e2e_cells,
+    e2e_quantiles,
+    host_cell,
+    name_cell,
+)
+from nsq.tui.admin.channel import ChannelScreen
+from nsq.tui.widgets import SparkRow, fill_table, num, set_columns
+
+__all__ = ["TopicScreen", "confirm_delete_topic", "confirm_empty_topic", "confirm_pause_topic"]
+
+
+def confirm_pause_topic(screen: AdminScreen, topic: TopicStats) -> None:
+    """Ask, then pause (or unpause) ``topic`` on its nsqds."""
+    name = topic.name
+    if topic.paused:
+        screen.confirm(f"Unpause topic {name} on {topic.producers} nsqd? Messages flow to its channels again.",
+                       "Unpause", lambda a: a.unpause_topic(name), destructive=False)
+    else:
+        screen.confirm(f"Pause topic {name} on {topic.producers} nsqd? Messages stay in the topic and stop "
+                       "flowing to its channels.", "Pause", lambda a: a.pause_topic(name), destructive=False)
+
+
+def confirm_empty_topic(screen: AdminScreen, topic: TopicStats) -> None:
+    """Ask, then empty ``topic``'s own queue on its nsqds."""
+    name = topic.name
+    screen.confirm(f"Empty topic {name}? The {fmt.count(topic.depth)} messages queued in the topic itself "
+                   f"(not in its channels) on {topic.producers} nsqd are lost.", "Empty",
+                   lambda a: a.empty_topic(name))
+
+
+def confirm_delete_topic(screen: AdminScreen, topic: TopicStats, after: Callable[[], None] | None = None) -> None:
+    """Ask, then delete ``topic`` everywhere (then ``after``)."""
+    name = topic.name
+    screen.confirm(f"Delete topic {name} with its {len(topic.channels)} channels from the lookupds and "
+                   f"{topic.producers} nsqd? Every queued message is lost.", "Delete",
+                   lambda a: a.delete_topic(name), after=after)
+
+
+class TopicScreen(AdminScreen):
+    """One topic: its nsqds and its channels."""
+
+    AUTO_FOCUS = "#channels"
+    BINDINGS: ClassVar = [
+        Binding("c", "create", "New"),
+        Binding("p", "pause", "Pause"),
+        Binding("e", "empty", "Empty"),
+        Binding("d", "delete", "Delete"),
+        Binding("t", "tombstone", "Tombstone"),
+        Binding("2", "app.mode('nodes')", "Nodes"),
+    ]
+
+    def __init__(self, topic: str) -> None:
+        super().__init__()
+        self.topic = topic
+
+    def compose_body(self) -> ComposeResult:
+        yield Static("", id="title")
+        with Horizontal(id="sparks"):
+            yield SparkRow("queued", id="depth")
+            yield SparkRow("msg/s", id="rate")
+        yield Label("NSQd hosts", classes="section")
+        yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
+        yield Static("No nsqd has this topic (only lookupd knows it).", id="nonodes", classes="notice")
+        yield Label("Channels", classes="section")
+        yield DataTable(id="channels", cursor_type="row", zebra_stripes=True)
+        yield Static("No channels exist for this topic. Messages will queue at the topic until a channel is "
+                     "created.", id="nochannels", classes="notice")
+
+
+    def _stats(self) -> TopicStats | None:
+        snapshot = self.admin_app.snapshot
+        return snapshot.topic(self.topic) if snapshot is not None else None
+
+    def show_body(self, snapshot: ClusterSnapshot) -> None:
+        topic = snapshot.topic(self.topic)
+        title = Text("Topic: ", style="dim")
+        title.append(self.topic, style="bold")
+        if topic is None:
+            title.append("  not found (deleted?)", style="bold red")
+            self.query_one("#title", Static).update(title)
+            topic = TopicStats(name=self.topic)
+        else:
+            if topic.paused:
+                title.append("  paused", style="bold yellow")
+            title.append(f"  {topic.producers} nsqd · {len(topic.channels)} channels · "
+                         f"{fmt.count(topic.client_count)} clients", style="dim")
+            self.query_one("#title", Static).update(title)
+        queued = topic.depth + sum(c.depth for c in topic.channels)
+        self.query_one("#depth", SparkRow).show(topic.depth_history, fmt.count(queued))
+        self.query_one("#rate", SparkRow).show(topic.rate_history, fmt.rate(topic.rate))
+
+        quantiles = e2e_quantiles([topic.e2e] + [n.e2e for n in topic.nodes])
+        nodes = self.query_one("#nodes", DataTable)
+        wide = self.wide("topic-nodes")
+        set_columns(nodes, self.labels("topic-nodes", TOPIC_NODE_COLUMNS) + [fmt.quantile_label(q) for q in quantiles])
+        rows: list[tuple[str, list[Any]]] = []
+        for n in topic.nodes:
+            rows.append((n.node, [host_cell(n.hostname, n.node, paused=n.paused,
+                                             note="tombstoned" if n.tombstoned else "", wide=wide),
+                                  num(fmt.count(n.depth)), num(fmt.mem_disk(n.memory_depth, n.backend_depth, not wide)),
+                                  num(fmt.count(n.messages)), num(fmt.rate(n.rate)), num(len(n.channels))]
+                         + e2e_cells(n.e2e, quantiles)))
+        seen = {n.node for n in topic.nodes}
+        for node in snapshot.nodes:  # listed with the topic by lookupd, but its stats failed
+            if node.error and node.http_address not in seen and any(t == self.topic for t, _ in node.topics):
+                rows.append((node.http_address, [host_cell(node.hostname, node.http_address, note="✘ unreachable",
+                                                            wide=wide)]
+                             + [num("-")] * (5 + len(quantiles))))
+        if topic.nodes:
+            rows.append(("*", [Text("Total", style="bold"), num(fmt.count(topic.depth), "bold"),
+                               num(fmt.mem_disk(topic.memory_depth, topic.backend_depth, not wide), "bold"),
+                               num(fmt.count(topic.messages), "bold"), num(fmt.rate(topic.rate), "bold"),
+                               num(len(topic.channels), "bold")] + e2e_cells(topic.e2e, quantiles)))
+        fill_table(nodes, rows)
+        nodes.display = bool(rows)
+        self.query_one("#nonodes", Static).display = not rows
+
+        quantiles = e2e_quantiles([c.e2e for c in topic.channels])
+        channels = self.query_one("#channels", DataTable)
+        set_columns(channels, self.labels("channels", [("Channel", "Channel")] + CHANNEL_COLUMNS)
+                     + [fmt.quantile_label(q) for q in quantiles])
+        wide = self.wide("channels")
+        fill_table(channels, [(c.name, [name_cell(c.name, paused=c.paused, style="bold")] + channel_cells(c, wide)
+                               + e2e_cells(c.e2e, quantiles)) for c in topic.channels])
+        channels.display = bool(topic.channels)
+        self.query_one("#nochannels", Static).display = not topic.channels
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "channels":
+            self.app.push_screen(ChannelScreen(self.topic, str(event.row_key.value)))
+
+    def action_create(self) -> None:
+        self.create(self.topic)
+
+    def action_pause(self) -> None:
+        topic = self._stats()
+        if topic is not None:
+            confirm_pause_topic(self, topic)
+
+    def action_empty(self) -> None:
+        topic = self._stats()
+        if topic is not None:
+            confirm_empty_topic(self, topic)
+
+    def action_delete(self) -> None:
+        topic = self._stats()
+        if topic is not None:
+            confirm_delete_topic(self, topic, after=self._gone)
+
+    def _gone(self) -> None:
+        if self.app.screen is self:
+            self.app.pop_screen()
+
+    def action_tombstone(self) -> None:
+        table = self.query_one("#nodes", DataTable)
+        if not table.row_count:
+            return
+        node = str(table.ordered_rows[table.cursor_row].key.value)
+        if node == "*":
+            self.app.notify("select an nsqd row (not Total) to tombstone", severity="warning")
+            return
+        topic = self.topic
+        self.confirm(f"Tombstone topic {topic} on nsqd {node}? The lookupds stop listing that nsqd for the "
+                     "topic (for their --tombstone-lifetime) and the topic is deleted on it.", "Tombstone",
+                     lambda a: a.tombstone(topic, node))
