@@ -5,22 +5,36 @@ from __future__ import annotations
 __all__ = ["split_host_port", "fmt_addr"]
 
 
-def split_host_port(address: str) -> tuple[str, int]:
-    """Split ``host:port`` / ``[v6]:port`` / ``:port``.
+def split_host_port(address: str, default_port: int | None = None) -> tuple[str, int]:
+    """Split ``host:port`` / ``[v6]:port`` / ``:port`` (host ``""``).
+
+    Args:
+        address: the text.
+        default_port: the port of an address without one (``host`` alone);
+            None: an address without a port is an error.
 
     Raises:
-        ValueError: no port, or a port that is not a number in 0..65535.
+        ValueError: no port (and no default), or a port that is not a number
+            in 0..65535.
     """
     host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"address {address!r} has no port")
-    host = host.strip("[]")
-    p = int(port)
+    if not sep or (address.startswith("[") and address.endswith("]")):
+        if default_port is None:
+            raise ValueError(f"address {address!r} has no port")
+        return address.strip("[]"), default_port
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        p = int(port)
+    except ValueError:
+        raise ValueError(f"address {address!r}: port {port!r} is not a number") from None
     if not 0 <= p <= 65535:
         raise ValueError(f"port {p} out of range")
     return host, p
 
 
-def fmt_addr(host: str, port: int) -> str:
-    """``host:port``, bracketing an IPv6 host."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+def fmt_addr(host: str, port: int | str) -> str:
+    """``host:port``, bracketing an IPv6 host (one already in brackets is kept)."""
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from nsq._internal.addresses import split_host_port
 from nsq import __version__
 from nsq.client.errors import ConnectionClosedError, ErrorResponse
 from nsq.protocol import commands
@@ -43,15 +44,14 @@ _HEARTBEAT_NOP = commands.nop()
 
 
 def parse_address(address: str, default_port: int = 4150) -> tuple[str, int]:
-    """``host:port`` -> (host, port).
+    """``host:port`` -> (host, port); no port: ``default_port``; no host:
+    127.0.0.1 (:func:`nsq._internal.addresses.split_host_port`).
 
     Raises:
-        ValueError: a port that is not a number.
+        ValueError: a port that is not a number in 0..65535.
     """
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        return address, default_port
-    return host.strip("[]") or "127.0.0.1", int(port)
+    host, port = split_host_port(address, default_port)
+    return host or "127.0.0.1", port
 
 
 class _Protocol(asyncio.Protocol):

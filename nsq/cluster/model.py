@@ -21,16 +21,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nsq._internal.addresses import fmt_addr
+
 __all__ = ["ChannelStats", "ClientStats", "ClusterSnapshot", "History", "LookupdInfo", "NodeError", "NodeInfo",
            "Percentile", "TopicStats", "Totals", "aggregate", "apply_rates", "host_port", "merge_e2e",
            "parse_e2e", "version_tuple"]
 
 
 def host_port(host: str, port: int | str) -> str:
-    """``host:port``, with an IPv6 host in brackets."""
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"{host}:{port}"
+    """``host:port``, with an IPv6 host in brackets (:func:`nsq._internal.addresses.fmt_addr`)."""
+    return fmt_addr(host, port)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

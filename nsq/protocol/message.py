@@ -46,8 +46,10 @@ MSG_ID_LENGTH = 16
 MIN_MESSAGE_LENGTH = 26
 
 _MSG_HDR = struct.Struct(">qH")
-# frame size, frame type 2, timestamp, attempts
-_MSG_FRAME_HDR = struct.Struct(">iiqH")
+#: a message frame's header before the id: frame size, frame type 2,
+#: timestamp (ns), attempts (nsq.io/clients/tcp_protocol_spec.html)
+MSG_FRAME_HDR = struct.Struct(">iiqH")
+_MSG_FRAME_HDR = MSG_FRAME_HDR
 _TWEPOCH = 1288834974288
 _SEQ_HEX = [b"%03x" % i for i in range(4096)]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ from nsq.protocol.errors import (
     E_TOUCH_FAILED,
     ClientError,
 )
+from nsq.protocol.message import MSG_FRAME_HDR as _MSG_FRAME_HDR
 from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, HEARTBEAT, OK, encode_frame
 from nsq.server.nsqd.channel import ChannelError
 from nsq.server.nsqd.features import NegotiatedFeatures, Suspend
@@ -44,7 +44,6 @@ __all__ = ["ClientV2"]
 
 log = logging.getLogger("nsq.nsqd")
 
-_MSG_FRAME_HDR = struct.Struct(">iiqH")
 _OK_FRAME = encode_frame(FRAME_TYPE_RESPONSE, OK)
 _HEARTBEAT_FRAME = encode_frame(FRAME_TYPE_RESPONSE, HEARTBEAT)
 _CLOSE_WAIT_FRAME = encode_frame(FRAME_TYPE_RESPONSE, CLOSE_WAIT)

@@ -10,6 +10,8 @@ from urllib.parse import urlsplit
 
 import click
 
+from nsq._internal.addresses import split_host_port
+
 __all__ = ["DEFAULT_HTTP_ADDRESS", "ServeError", "is_loopback", "loopback_host_header", "parse_http_address"]
 
 #: nsqadmin's port, on loopback
@@ -29,18 +31,12 @@ def parse_http_address(address: str) -> tuple[str, int]:
     Raises:
         ServeError: no port, or a port that is not 0..65535.
     """
-    host, sep, port_text = address.rpartition(":")
-    if not sep:
-        raise ServeError(f"invalid --http-address {address!r} (HOST:PORT, e.g. {DEFAULT_HTTP_ADDRESS})")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
     try:
-        port = int(port_text)
+        return split_host_port(address)
     except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise ServeError(f"invalid port in --http-address {address!r}")
-    return host, port
+        if ":" not in address:
+            raise ServeError(f"invalid --http-address {address!r} (HOST:PORT, e.g. {DEFAULT_HTTP_ADDRESS})") from None
+        raise ServeError(f"invalid port in --http-address {address!r}") from None
 
 
 def is_loopback(host: str) -> bool:
