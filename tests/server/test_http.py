@@ -18,6 +18,8 @@ TOPIC_KEYS = {
 CHANNEL_KEYS = {
     "channel_name", "depth", "backend_depth", "in_flight_count", "deferred_count", "message_count",
     "requeue_count", "timeout_count", "client_count", "clients", "paused", "e2e_processing_latency",
+    # beyond Go (server-side max attempts); Go clients ignore unknown keys
+    "dead_letter_count", "max_attempts",
 }
 CLIENT_KEYS = {
     "client_id", "hostname", "version", "remote_address", "state", "ready_count", "in_flight_count",

@@ -77,6 +77,11 @@ class BackendQueue:
             out.append(record)
         return out
 
+    def peek(self, n: int) -> list[bytes]:
+        """The ``n`` oldest records, without removing them or moving any
+        position (``GET /channel/peek``); [] for a backend that keeps none."""
+        return []
+
     @property
     def depth(self) -> int:
         """Records stored."""

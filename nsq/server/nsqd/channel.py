@@ -17,11 +17,12 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from nsq.protocol.errors import NSQError, ProtocolError
-from nsq.protocol.message import decode_message, encode_message
+from nsq.protocol.errors import NSQError
+from nsq.protocol.message import encode_message
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
-from nsq.server.nsqd.message import Entry, Message, encode_entries, entry
+from nsq.server.nsqd.deadletter import dead_letter_topic
+from nsq.server.nsqd.message import Entry, Message, decode_entries, encode_entries, entry
 from nsq.server.nsqd.quantile import WindowedQuantile
 
 if TYPE_CHECKING:
@@ -95,6 +96,11 @@ class Channel:
         self.requeue_count = 0
         self.timeout_count = 0
         opts = topic.nsqd.options
+        #: deliveries before a requeue or timeout moves the message to the
+        #: dead-letter topic (0 = never); the daemon's or this channel's own
+        self.max_attempts = topic.nsqd.channel_settings(topic.name, name).get("max_attempts", opts.max_attempts)
+        self.dead_letter_count = 0
+        self._dead_letter_warned = False
         #: FIN latencies (ns) when --e2e-processing-latency-percentile is set
         self.e2e: WindowedQuantile | None = None
         if opts.e2e_processing_latency_percentiles:
@@ -297,15 +303,7 @@ class Channel:
 
     def _read_backend(self, n: int) -> list[Entry]:
         """Up to ``n`` messages read (and removed) from the backend."""
-        out = []
-        for record in self.backend.read_many(n):
-            try:
-                m = decode_message(record)
-            except ProtocolError as exc:
-                log.error("CHANNEL(%s:%s): failed to decode message - %s", self.topic.name, self.name, exc)
-                continue
-            out.append((m.id, m.body, m.timestamp, m.attempts, 0))
-        return out
+        return decode_entries(self.backend.read_many(n), f"CHANNEL({self.topic.name}:{self.name})")
 
     def _send(self, client: ClientV2, entries: list[Entry], now: float) -> None:
         deadline = now + client.msg_timeout
@@ -391,6 +389,8 @@ class Channel:
         """REQ: back to the queue now (0) or after ``timeout_ms``."""
         msg = self._pop_in_flight(client, msg_id)
         self.requeue_count += 1
+        if self.max_attempts and msg.attempts >= self.max_attempts and self._dead_letter(msg):
+            return
         if timeout_ms > 0:
             self._defer(entry(msg), time.monotonic() + timeout_ms / 1000.0)
         else:
@@ -415,6 +415,40 @@ class Channel:
         if not self.armed:
             self.nsqd.arm_timers(self)
 
+    # -- dead letters and peek ---------------------------------------------------
+
+    @property
+    def dead_letter_topic(self) -> str | None:
+        """Where this channel's dead letters go (None: no valid name)."""
+        return dead_letter_topic(self.nsqd.options.dead_letter_topic, self.topic.name, self.name)
+
+    def _dead_letter(self, msg: Message) -> bool:
+        """Publish ``msg`` (attempts 0) to the dead-letter topic; False if it
+        cannot go there (the caller requeues it: nothing is dropped)."""
+        name = self.dead_letter_topic
+        if name is None:
+            if not self._dead_letter_warned:
+                self._dead_letter_warned = True
+                log.error("CHANNEL(%s:%s): dead-letter topic %r is not a valid topic name; requeueing instead",
+                          self.topic.name, self.name, self.nsqd.options.dead_letter_topic)
+            return False
+        try:
+            self.nsqd.get_topic(name).put_entries([(msg.id, msg.body, msg.timestamp, 0, 0)])
+        except NSQError as exc:
+            log.error("CHANNEL(%s:%s): failed to dead-letter %s to %s, requeueing - %s",
+                      self.topic.name, self.name, msg.id.decode("latin-1"), name, exc)
+            return False
+        self.dead_letter_count += 1
+        return True
+
+    def peek(self, n: int) -> list[Entry]:
+        """The next ``n`` messages this channel would deliver, memory first,
+        then disk, without changing anything (depth, counters, positions)."""
+        out = list(itertools.islice(self.queue, n))
+        if len(out) < n and self.backend.depth:
+            out += decode_entries(self.backend.peek(n - len(out)))
+        return out
+
     # -- timers --------------------------------------------------------------
 
     def process_timeouts(self, now: float) -> None:
@@ -433,7 +467,8 @@ class Channel:
                     self.timeout_count += 1
                     if client is not None:
                         client.timed_out_message()
-                    self._requeue(msg)
+                    if not (self.max_attempts and msg.attempts >= self.max_attempts and self._dead_letter(msg)):
+                        self._requeue(msg)
                     changed = True
         dpq = self._deferred_pq
         deferred = self.deferred

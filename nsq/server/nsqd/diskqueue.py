@@ -307,6 +307,34 @@ class DiskQueue(BackendQueue):
             self._check_tail_corruption()
             return payload
 
+    def peek(self, n: int) -> list[bytes]:
+        """The next ``n`` records without reading them: no position, depth,
+        read buffer or file changes (files are opened apart and closed)."""
+        out: list[bytes] = []
+        num, pos = self.read_file_num, self.read_pos
+        while len(out) < n and (num, pos) < (self.write_file_num, self.write_pos) and not self._closed:
+            try:
+                fd = os.open(self._file_name(num), os.O_RDONLY)
+            except OSError:
+                break
+            try:
+                limit = self.write_pos if num == self.write_file_num else os.fstat(fd).st_size
+                while len(out) < n and pos + 4 <= limit:
+                    (size,) = _SIZE.unpack(os.pread(fd, 4, pos))
+                    if size < self.min_msg_size or size > self.max_msg_size or pos + 4 + size > limit:
+                        return out  # corrupt: the reader will deal with it
+                    record = os.pread(fd, size, pos + 4)
+                    if len(record) < size:
+                        return out
+                    out.append(record)
+                    pos += 4 + size
+            finally:
+                os.close(fd)
+            if num >= self.write_file_num:
+                break
+            num, pos = num + 1, 0
+        return out
+
     def read_many(self, n: int) -> list[bytes]:
         """Pop up to ``n`` records (fewer if the queue runs out)."""
         out: list[bytes] = []

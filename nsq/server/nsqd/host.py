@@ -61,6 +61,12 @@ class QueueHost(Protocol):
     def delete_topic(self, name: str) -> bool:
         """Delete a topic (an ephemeral topic's last channel went)."""
 
+    def get_topic(self, name: str) -> Topic:
+        """The topic ``name``, created if new (a channel's dead-letter topic)."""
+
+    def channel_settings(self, topic: str, channel: str) -> dict[str, Any]:
+        """A channel's own settings (``max_attempts``), {} for the defaults."""
+
     def arm_timers(self, channel: Channel) -> None:
         """Have the timeout scan visit ``channel``."""
 

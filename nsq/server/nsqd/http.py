@@ -8,6 +8,7 @@ data answers JSON objects.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import struct
@@ -68,6 +69,11 @@ class NSQDHTTPServer:
         r.add_post("/channel/pause", self.channel_pause)
         r.add_post("/channel/unpause", self.channel_pause)
         r.add_get("/config/{opt}", self.config, allow_head=False)
+        # beyond Go nsqd: channel settings (max attempts) and peeking
+        r.add_get("/channel/config", self.channel_config, allow_head=False)
+        r.add_post("/channel/config", self.channel_config)
+        r.add_get("/channel/peek", self.channel_peek, allow_head=False)
+        r.add_get("/topic/peek", self.topic_peek, allow_head=False)
         r.add_put("/config/{opt}", self.config)
         self.app = self._listener.app
 
@@ -276,6 +282,65 @@ class NSQDHTTPServer:
             channel.pause()
         return _text("")
 
+    def _existing_channel(self, request: web.Request):
+        topic, name = self._existing_topic_channel(request)
+        channel = topic.channels.get(name)
+        if channel is None:
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        return channel
+
+    async def channel_config(self, request: web.Request) -> web.Response:
+        """GET /channel/config?topic=&channel=: ``{"max_attempts": N,
+        "dead_letter_topic": "t.c.dead", "dead_letter_count": N}``; POST with
+        a JSON body ``{"max_attempts": N}`` (0..65535, 0 = off) sets this
+        channel's own value, kept across restarts, and answers the same."""
+        channel = self._existing_channel(request)
+        if request.method == "POST":
+            body = await _read_limited(request, 4096)
+            try:
+                settings = json.loads(body or b"")
+            except ValueError:
+                raise HTTPError(400, "INVALID_BODY") from None
+            if not isinstance(settings, dict) or set(settings) - {"max_attempts"}:
+                raise HTTPError(400, "INVALID_BODY")
+            value = settings.get("max_attempts", channel.max_attempts)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 65535:
+                raise HTTPError(400, "INVALID_MAX_ATTEMPTS")
+            channel.max_attempts = value
+            try:
+                self.nsqd.settings.set(channel.topic.name, channel.name, max_attempts=value)
+            except OSError as exc:
+                log.error("failed to persist channel settings - %s", exc)
+                raise HTTPError(500, "INTERNAL_ERROR") from None
+        return _json({"max_attempts": channel.max_attempts, "dead_letter_topic": channel.dead_letter_topic or "",
+                      "dead_letter_count": channel.dead_letter_count})
+
+    @staticmethod
+    def _peek_count(request: web.Request) -> int:
+        try:
+            n = int(request.query.get("n", "1"))
+        except ValueError:
+            raise HTTPError(400, "INVALID_N") from None
+        if not 1 <= n <= 100:
+            raise HTTPError(400, "INVALID_N")
+        return n
+
+    async def channel_peek(self, request: web.Request) -> web.Response:
+        """GET /channel/peek?topic=&channel=&n=K (1..100, default 1): the next
+        K messages the channel would deliver, changing nothing:
+        ``{"messages": [{"id", "timestamp" (ns), "attempts", "body" (base64)}]}``."""
+        channel = self._existing_channel(request)
+        return _json({"messages": [_peeked(e) for e in channel.peek(self._peek_count(request))]})
+
+    async def topic_peek(self, request: web.Request) -> web.Response:
+        """GET /topic/peek?topic=&n=K: as /channel/peek for the messages a
+        topic holds itself (no channel yet, or paused)."""
+        name = self._topic_arg(request)
+        topic = self.nsqd.get_existing_topic(name)
+        if topic is None:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        return _json({"messages": [_peeked(e) for e in topic.peek(self._peek_count(request))]})
+
     async def config(self, request: web.Request) -> web.Response:
         """GET/PUT /config/<option>: read an option as JSON; PUT nsqlookupd_tcp_addresses or log_level."""
         opt = request.match_info["opt"]
@@ -326,3 +391,9 @@ def _parse_binary_mpub(body: bytes, max_msg: int, max_body: int) -> list[bytes]:
         out.append(body[pos:pos + size])
         pos += size
     return out
+
+
+def _peeked(e: tuple) -> dict[str, Any]:
+    """A queue entry as /channel/peek shows it."""
+    return {"id": e[0].decode("latin-1"), "timestamp": e[2], "attempts": e[3],
+            "body": base64.b64encode(e[1]).decode("ascii")}

@@ -10,9 +10,15 @@ is delivered (in flight) or deferred, where it carries mutable state.
 
 from __future__ import annotations
 
+import logging
 import struct
 
-__all__ = ["Entry", "Message", "entry", "encode_entries"]
+from nsq.protocol.errors import ProtocolError
+from nsq.protocol.message import decode_message
+
+log = logging.getLogger("nsq.nsqd")
+
+__all__ = ["Entry", "Message", "entry", "encode_entries", "decode_entries"]
 
 _MSG_HDR = struct.Struct(">qH")
 
@@ -56,3 +62,17 @@ def encode_entries(entries: list[Entry]) -> list[bytes]:
     ``entries`` (Go: nsqd/message.go ``WriteTo``)."""
     pack = _MSG_HDR.pack
     return [pack(e[2], e[3]) + e[0] + e[1] for e in entries]
+
+
+def decode_entries(records: list[bytes], subject: str = "") -> list[Entry]:
+    """Queue entries (delay 0) from disk records; a record that does not
+    decode is skipped with a log line naming ``subject`` (``TOPIC(t)``)."""
+    out: list[Entry] = []
+    for record in records:
+        try:
+            m = decode_message(record)
+        except ProtocolError as exc:
+            log.error("%s: failed to decode message - %s", subject, exc)
+            continue
+        out.append((m.id, m.body, m.timestamp, m.attempts, 0))
+    return out

@@ -19,6 +19,7 @@ from nsq._internal.addresses import fmt_addr as _fmt_addr
 from nsq._internal.addresses import split_host_port
 from nsq.server.nsqd.backend import BackendQueue
 from nsq.server.nsqd.datapath import DataPath
+from nsq.server.nsqd.deadletter import ChannelSettings
 from nsq.server.nsqd.lookup import Lookupds
 from nsq.server.nsqd.options import ConfigError, NSQDOptions, validate
 from nsq.server.nsqd.topic import Topic
@@ -92,6 +93,8 @@ class NSQD:
         self.disk = DataPath(self.data_path, self.options, self.set_health, lambda: self.health == "OK")
         self._loading = False
         self._metadata_failed = False  # nsqd.dat could not be written: retry
+        #: per-channel overrides (max_attempts), beside nsqd.dat
+        self.settings = ChannelSettings(self.data_path)
         #: connections to the nsqlookupds (--lookupd-tcp-address)
         self.lookupds = Lookupds(self)
         self._lookupd_http = None
@@ -341,8 +344,13 @@ class NSQD:
             self.persist_metadata_soon()
         self.lookupds.register(topic.name, channel.name)
 
+    def channel_settings(self, topic: str, channel: str) -> dict:
+        """A channel's own settings ({} for the daemon's defaults)."""
+        return self.settings.get(topic, channel)
+
     def notify_channel_deleted(self, topic: Topic, channel: Channel) -> None:
-        """A channel went away: persist metadata, UNREGISTER it."""
+        """A channel went away: persist metadata, UNREGISTER it, drop its settings."""
+        self.settings.forget(topic.name, channel.name)
         if not channel.ephemeral:
             self.persist_metadata_soon()
         self.lookupds.unregister(topic.name, channel.name)

@@ -62,6 +62,9 @@ class NSQDOptions:
     min_output_buffer_timeout: float = 0.025
     output_buffer_timeout: float = 0.25
     max_channel_consumers: int = 0
+    # beyond Go: server-side give-up (0 = off, as Go)
+    max_attempts: int = 0
+    dead_letter_topic: str = "{topic}.{channel}.dead"
     # statsd
     statsd_address: str = ""
     statsd_prefix: str = "nsq.%s"
@@ -118,6 +121,11 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     OptionSpec("max-body-size", "max_body_size", "int", "maximum size of a single command body"),
     OptionSpec("max-bytes-per-file", "max_bytes_per_file", "int",
                "number of bytes per diskqueue file before rolling"),
+    OptionSpec("max-attempts", "max_attempts", "int",
+               "deliveries of a message on a channel before nsqd moves it to the channel's dead-letter topic "
+               "instead of delivering it again; 0: never, as Go nsqd"),
+    OptionSpec("dead-letter-topic", "dead_letter_topic", "str",
+               "dead-letter topic name for --max-attempts; {topic} and {channel} are replaced"),
     OptionSpec("max-channel-consumers", "max_channel_consumers", "int",
                "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)"),
     OptionSpec("max-deflate-level", "max_deflate_level", "int",
@@ -206,6 +214,8 @@ def validate(opts: NSQDOptions) -> None:
         opts.e2e_processing_latency_percentiles = sorted(percentiles, reverse=True)
         if not opts.e2e_processing_latency_window_time > 0:
             raise ConfigError("--e2e-processing-latency-window-time must be positive")
+    if opts.max_attempts < 0 or opts.max_attempts > 65535:
+        raise ConfigError(f"--max-attempts must be in [0, 65535], got {opts.max_attempts}")
     if opts.statsd_address:
         if not opts.statsd_interval > 0:
             raise ConfigError("--statsd-interval must be positive")

@@ -141,6 +141,9 @@ def channel_stats(channel: Channel, host: str, include_clients: bool) -> dict[st
         "message_count": channel.message_count,
         "requeue_count": channel.requeue_count,
         "timeout_count": channel.timeout_count,
+        # beyond Go (a Go client ignores unknown keys)
+        "dead_letter_count": channel.dead_letter_count,
+        "max_attempts": channel.max_attempts,
         "client_count": len(channel.clients),
         "clients": clients,
         "paused": channel.paused,

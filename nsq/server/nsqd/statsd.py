@@ -31,6 +31,7 @@ https://nsq.io/components/nsqd.html#statsd--graphite-integration; behaviour of G
       topic.T.channel.C.deferred_count g
       topic.T.channel.C.requeue_count  c
       topic.T.channel.C.timeout_count  c
+      topic.T.channel.C.dead_letter_count  c   (beyond Go; channels with max attempts)
       topic.T.channel.C.clients        g
       topic.T.channel.C.e2e_processing_latency_P g
 
@@ -148,8 +149,8 @@ class StatsdPusher:
         self.packet_size = opts.statsd_udp_packet_size
         self.mem_stats = opts.statsd_mem_stats
         self.pushes = 0
-        # topic -> (message_count, message_bytes, {channel: (message_count, requeue_count, timeout_count)})
-        self._last: dict[str, tuple[int, int, dict[str, tuple[int, int, int]]]] = {}
+        # topic -> (message_count, message_bytes, {channel: (messages, requeues, timeouts, dead letters)})
+        self._last: dict[str, tuple[int, int, dict[str, tuple[int, int, int, int]]]] = {}
         self._last_gc_runs = 0
         self._stopping = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -237,7 +238,7 @@ class StatsdPusher:
             lines.append(metric_line(prefix, name, int(value), "g"))
 
         last_topics = self._last
-        now_topics: dict[str, tuple[int, int, dict[str, tuple[int, int, int]]]] = {}
+        now_topics: dict[str, tuple[int, int, dict[str, tuple[int, int, int, int]]]] = {}
         for t in stats["topics"] or []:
             name = t["topic_name"]
             last_count, last_bytes, last_channels = last_topics.get(name, (0, 0, {}))
@@ -248,10 +249,10 @@ class StatsdPusher:
             gauge(f"{key}.backend_depth", t["backend_depth"])
             for item in t["e2e_processing_latency"]["percentiles"] or []:
                 gauge(f"{key}.e2e_processing_latency_{_percentile_name(item['quantile'])}", item["value"])
-            now_channels: dict[str, tuple[int, int, int]] = {}
+            now_channels: dict[str, tuple[int, int, int, int]] = {}
             for c in t["channels"]:
                 cname = c["channel_name"]
-                last_msgs, last_requeues, last_timeouts = last_channels.get(cname, (0, 0, 0))
+                last_msgs, last_requeues, last_timeouts, last_dead = last_channels.get(cname, (0, 0, 0, 0))
                 ckey = f"{key}.channel.{cname}"
                 counter(f"{ckey}.message_count", _diff(c["message_count"], last_msgs))
                 gauge(f"{ckey}.depth", c["depth"])
@@ -260,10 +261,13 @@ class StatsdPusher:
                 gauge(f"{ckey}.deferred_count", c["deferred_count"])
                 counter(f"{ckey}.requeue_count", _diff(c["requeue_count"], last_requeues))
                 counter(f"{ckey}.timeout_count", _diff(c["timeout_count"], last_timeouts))
+                if c["max_attempts"] or c["dead_letter_count"]:  # beyond Go: only where in use
+                    counter(f"{ckey}.dead_letter_count", _diff(c["dead_letter_count"], last_dead))
                 gauge(f"{ckey}.clients", c["client_count"])
                 for item in c["e2e_processing_latency"]["percentiles"] or []:
                     gauge(f"{ckey}.e2e_processing_latency_{_percentile_name(item['quantile'])}", item["value"])
-                now_channels[cname] = (c["message_count"], c["requeue_count"], c["timeout_count"])
+                now_channels[cname] = (c["message_count"], c["requeue_count"], c["timeout_count"],
+                                       c["dead_letter_count"])
             now_topics[name] = (t["message_count"], t["message_bytes"], now_channels)
         self._last = now_topics
 

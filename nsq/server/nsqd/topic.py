@@ -6,18 +6,19 @@ queue until a channel appears (or it is unpaused); then they flow on.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import deque
 from itertools import repeat
 from typing import TYPE_CHECKING
 
-from nsq.protocol.errors import NSQError, ProtocolError
-from nsq.protocol.message import IDFactory, decode_message
+from nsq.protocol.errors import NSQError
+from nsq.protocol.message import IDFactory
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
 from nsq.server.nsqd.channel import Channel
-from nsq.server.nsqd.message import Entry, encode_entries
+from nsq.server.nsqd.message import Entry, decode_entries, encode_entries
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.host import QueueHost
@@ -105,8 +106,23 @@ class Topic:
         self._check_room(n)
         # entries are built by zip in C: no Python call per message
         msgs = list(zip(self.new_ids(n), bodies, repeat(time.time_ns(), n), repeat(0, n), repeat(defer_ms, n)))
-        self.message_count += n
-        self.message_bytes += sum(map(len, bodies))
+        self._accept(msgs, sum(map(len, bodies)))
+
+    def put_entries(self, entries: list[Entry]) -> None:
+        """Accept messages that already have an id and timestamp (a channel's
+        dead letters), as :meth:`publish` does new ones.
+
+        Raises:
+            TopicFull: refused (memory full without a backend, a failing disk).
+        """
+        if self.deleted:
+            raise TopicFull("exiting")
+        self._check_room(len(entries))
+        self._accept(entries, sum(len(e[1]) for e in entries))
+
+    def _accept(self, msgs: list[Entry], nbytes: int) -> None:
+        self.message_count += len(msgs)
+        self.message_bytes += nbytes
         if self.channels and not self.paused and not self.starting:
             self._distribute(msgs)
         else:
@@ -168,18 +184,19 @@ class Topic:
                 # would only pile it up in that channel's memory; retry later
                 self.nsqd.call_later(self.RETRY_DRAIN, self.flush_held)
                 return
-            msgs = []
-            for record in self.backend.read_many(self.DRAIN_CHUNK):
-                try:
-                    m = decode_message(record)
-                except ProtocolError as exc:
-                    log.error("TOPIC(%s): failed to decode message - %s", self.name, exc)
-                    continue
-                msgs.append((m.id, m.body, m.timestamp, m.attempts, 0))
+            msgs = decode_entries(self.backend.read_many(self.DRAIN_CHUNK), f"TOPIC({self.name})")
             if msgs:
                 self._distribute(msgs, new=False)
             if self.backend.depth:
                 self.nsqd.call_soon(self.flush_held)
+
+    def peek(self, n: int) -> list[Entry]:
+        """The next ``n`` messages held in the topic itself (no channel yet,
+        or paused), memory first, then disk, changing nothing."""
+        out = list(itertools.islice(self.queue, n))
+        if len(out) < n and self.backend.depth:
+            out += decode_entries(self.backend.peek(n - len(out)), f"TOPIC({self.name})")
+        return out
 
     # -- channels ----------------------------------------------------------------
 
