@@ -13,6 +13,8 @@ module                      holds
                             Consumer uses too
 :mod:`.nsqd`                the nsqd HTTP client (``/stats``, ``/info``, admin
                             POSTs), :func:`nsqd_topic_producers`
+:mod:`.peek`                the next messages of a channel or topic over
+                            its nsqds (this project's nsqd ``/channel/peek``)
 :mod:`.model`               the aggregated cluster (topics, channels, clients,
                             nodes) and its rates; pure
 :mod:`.poller`              :class:`Cluster`: polls lookupds and nsqds into a
@@ -42,6 +44,7 @@ from nsq.cluster.lookupd import (
 )
 from nsq.cluster.model import ChannelStats, ClientStats, ClusterSnapshot, NodeInfo, TopicStats
 from nsq.cluster.nsqd import NSQDHTTPClient, NSQDHTTPError, nsqd_topic_producers
+from nsq.cluster.peek import Peek, PeekedMessage, merge_peeks
 from nsq.cluster.poller import Cluster
 from nsq.cluster.stat import NodeReport, PlainWriter, StatPoller, StatReport
 
@@ -62,6 +65,8 @@ __all__ = [
     "NSQDHTTPError",
     "NodeInfo",
     "NodeReport",
+    "Peek",
+    "PeekedMessage",
     "PlainWriter",
     "Producer",
     "ProducerList",
@@ -69,6 +74,7 @@ __all__ = [
     "StatReport",
     "TopicStats",
     "lookupd_producers",
+    "merge_peeks",
     "nsqd_topic_producers",
     "topic_nsqds",
     "topic_producers",

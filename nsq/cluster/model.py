@@ -177,6 +177,12 @@ class ChannelStats:
 
     ``rate`` is messages/s since the previous poll (None before a second
     poll); ``depth_history``/``rate_history`` the last polls' values, oldest first.
+
+    ``dead_letters`` (``/stats`` ``dead_letter_count``: messages moved to the
+    channel's dead-letter topic) and ``max_attempts`` (deliveries before
+    that, 0 = off) are this project's nsqd only; a Go nsqd's stats lack
+    them and they stay 0. An aggregate sums ``dead_letters`` and keeps the
+    highest ``max_attempts`` (each nsqd's own in ``nodes``).
     """
 
     topic: str
@@ -191,6 +197,8 @@ class ChannelStats:
     timed_out: int = 0
     messages: int = 0
     client_count: int = 0
+    dead_letters: int = 0
+    max_attempts: int = 0
     paused: bool = False
     e2e: list[Percentile] = field(default_factory=list)
     clients: list[ClientStats] = field(default_factory=list)
@@ -213,15 +221,18 @@ class ChannelStats:
                    depth=_int(obj, "depth"), backend_depth=_int(obj, "backend_depth"),
                    in_flight=_int(obj, "in_flight_count"), deferred=_int(obj, "deferred_count"),
                    requeued=_int(obj, "requeue_count"), timed_out=_int(obj, "timeout_count"),
-                   messages=_int(obj, "message_count"), client_count=count, paused=bool(obj.get("paused")),
+                   messages=_int(obj, "message_count"), client_count=count,
+                   dead_letters=_int(obj, "dead_letter_count"), max_attempts=_int(obj, "max_attempts"),
+                   paused=bool(obj.get("paused")),
                    e2e=parse_e2e(obj.get("e2e_processing_latency")), clients=clients)
 
     def add(self, other: ChannelStats) -> None:
         """Add one nsqd's figures (Go ``ChannelStats.Add``)."""
         self.node = "*"
         for name in ("depth", "backend_depth", "in_flight", "deferred", "requeued", "timed_out", "messages",
-                     "client_count"):
+                     "client_count", "dead_letters"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.max_attempts = max(self.max_attempts, other.max_attempts)
         self.paused = self.paused or other.paused
         self.nodes.append(other)
         self.nodes.sort(key=lambda n: (n.hostname, n.node))

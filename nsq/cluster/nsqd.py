@@ -1,5 +1,6 @@
 """nsqd's HTTP API as the tools read it: ``/stats``, ``/info`` and the
-admin POSTs (https://nsq.io/components/nsqd.html#http-api), and the nsqds of
+admin POSTs (https://nsq.io/components/nsqd.html#http-api), this project's
+``/channel/peek`` and ``/topic/peek`` (:mod:`nsq.cluster.peek`), and the nsqds of
 a topic when no lookupd is given (nsqio/nsq ``internal/clusterinfo/data.go``,
 ``GetNSQDTopicProducers``).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from nsq.client.lookupd import HTTPAPIClient, HTTPAPIError, ask_each
+from nsq.cluster.peek import PEEK_MAX, PeekedMessage
 
 __all__ = ["NSQDHTTPClient", "NSQDHTTPError", "nsqd_topic_producers"]
 
@@ -40,6 +42,38 @@ class NSQDHTTPClient(HTTPAPIClient):
         if not include_clients:
             params["include_clients"] = "false"
         return await self._request("GET", address, "/stats", params)
+
+    async def peek(self, address: str, topic: str, channel: str | None = None, n: int = 20, *, node: str = "",
+                   hostname: str = "") -> list[PeekedMessage]:
+        """GET /channel/peek?topic=&channel=&n= (no ``channel``: GET
+        /topic/peek?topic=&n=): the next ``n`` messages (clamped to
+        1..100) the channel would deliver, or the topic holds itself, in
+        that nsqd's order, changing nothing (beyond Go nsqd: see
+        :mod:`nsq.cluster.peek`).
+
+        Args:
+            node, hostname: put in each message (``node`` default: ``address``).
+
+        Raises:
+            NSQDHTTPError: unreachable, or an error answer: ``status`` 404
+                with ``TOPIC_NOT_FOUND`` / ``CHANNEL_NOT_FOUND`` in its
+                ``reason`` when the topic or channel is not there, 404
+                ``NOT_FOUND`` from an nsqd without the endpoint (Go's);
+                or an unusable answer.
+        """
+        params = {"topic": topic, "n": str(max(1, min(PEEK_MAX, n)))}
+        if channel is not None:
+            params["channel"] = channel
+        answer = await self._request("GET", address, "/channel/peek" if channel is not None else "/topic/peek",
+                                     params)
+        node = node or address.split("://", 1)[-1].rstrip("/")
+        messages = answer.get("messages") or []
+        if not isinstance(messages, list):
+            raise NSQDHTTPError(address, "peek: unexpected answer")
+        try:
+            return [PeekedMessage.from_json(m, node, hostname) for m in messages]
+        except ValueError as exc:
+            raise NSQDHTTPError(address, f"peek: {exc}") from None
 
 
 async def nsqd_topic_producers(nsqd_http_addresses: Iterable[str], topic: str, client: NSQDHTTPClient

@@ -33,6 +33,7 @@ from nsq.cluster.model import (
     version_tuple,
 )
 from nsq.cluster.nsqd import NSQDHTTPClient, nsqd_topic_producers
+from nsq.cluster.peek import Peek, peek_nsqds, peek_targets
 
 __all__ = ["Cluster", "USER_AGENT"]
 
@@ -204,6 +205,13 @@ class Cluster:
     async def poll(self) -> ClusterSnapshot:
         """:meth:`fetch`, then rates and histories from the previous polls."""
         return apply_rates(await self.fetch(), self.history)
+
+    async def peek(self, snapshot: ClusterSnapshot, topic: str, channel: str = "", n: int = 20) -> Peek:
+        """The next ``n`` messages of ``topic``/``channel`` (no ``channel``:
+        the topic's own queue) on each nsqd ``snapshot`` has it on, merged,
+        oldest first; changes nothing. nsqds that cannot be peeked at are
+        ``notes`` of the :class:`~nsq.cluster.peek.Peek`."""
+        return await peek_nsqds(self.nsqd, peek_targets(snapshot, topic, channel), topic, channel, n)
 
     # -- used by the actions -----------------------------------------------------------
 

@@ -119,3 +119,26 @@ def test_formats():
         "1m21.5s", "1.50s", "249.21ms", "12.00us", "5ns"]
     assert [fmt.quantile_label(q) for q in (0.99, 0.999, 1.0, 0.5)] == ["p99", "p99.9", "p100", "p50"]
     assert [fmt.interval(x) for x in (0.2, 0.5, 2.0, 60.0)] == ["0.2s", "0.5s", "2s", "1m0s"]
+
+
+def test_dead_letters_sum_and_max_attempts_over_nsqds_a_go_nsqd_counting_as_off():
+    from nsq.tui.admin.cells import CHANNEL_COLUMNS, channel_cells, max_attempts_note
+
+    n1, n2, n3 = node(1), node(2), node(3)
+    go = channel("c")  # a Go nsqd: no dead_letter_count, no max_attempts
+    per_node = [(n1, stats(topic("t", [channel("c", dead_letter_count=3, max_attempts=5)]))),
+                (n2, stats(topic("t", [channel("c", dead_letter_count=1, max_attempts=2)]))),
+                (n3, stats(topic("t", [go])))]
+    c = aggregate(per_node)[0].channel("c")
+    assert (c.dead_letters, c.max_attempts) == (4, 5)
+    assert [(n.dead_letters, n.max_attempts) for n in c.nodes] == [(3, 5), (1, 2), (0, 0)]
+    assert max_attempts_note(c) == "max 2-5 attempts on 2 of 3 nsqd"
+    assert [max_attempts_note(n) for n in c.nodes] == ["max 5 attempts", "max 2 attempts", ""]
+    one = aggregate(per_node[:1])[0].channel("c")
+    assert max_attempts_note(one) == "max 5 attempts"
+    assert max_attempts_note(aggregate([(n1, stats(topic("t", [channel("c", max_attempts=1)])))])[0]
+                             .channel("c")) == "max 1 attempt"
+    assert max_attempts_note(aggregate(per_node[2:])[0].channel("c")) == ""
+    dead = [full for full, _ in CHANNEL_COLUMNS].index("Dead")
+    assert [str(x) for x in channel_cells(c)][dead] == "4"
+    assert len(channel_cells(c)) == len(CHANNEL_COLUMNS)

@@ -3,7 +3,7 @@
 The app is fed a fixed cluster (:class:`~nsq.tui.admin.FixedSource`): the
 nsqd ``/stats`` answers of two nsqds over twelve polls, 2 s apart, run
 through the real aggregation and rate code, plus a third nsqd that does not
-answer. Regenerate with ``pytest tests/tui --snapshot-update`` and look at
+answer; the Peek screen gets fixed messages. Regenerate with ``pytest tests/tui --snapshot-update`` and look at
 the report before committing.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import copy
 
-from nsq.tui.admin import AdminApp, FixedSource
 from nsq.cluster.model import ClusterSnapshot, History, LookupdInfo, NodeError, NodeInfo, aggregate, apply_rates
+from nsq.cluster.peek import Peek, PeekedMessage, merge_peeks
+from nsq.tui.admin import AdminApp, FixedSource
 
 T0 = 1_790_000_000.0  # the last poll, Unix seconds
 POLLS = 12
@@ -58,6 +59,8 @@ def _stats(node: int, i: int) -> dict:
         {"channel_name": "metrics", "depth": 2000 - 5 * i + node, "backend_depth": 0, "in_flight_count": 30 + node,
          "deferred_count": 27, "message_count": views, "requeue_count": 40 + i, "timeout_count": 7 + node,
          "client_count": 2, "paused": False, "e2e_processing_latency": _e2e("page_views", "metrics", 2_500_000),
+         # this project's nsqd on vm1 dead-letters after 5 attempts; vm2 answers as a Go nsqd (no such keys)
+         **({"dead_letter_count": 2 + i // 4, "max_attempts": 5} if node == 0 else {}),
          "clients": [_client(1 + node, node, "metrics-worker/1.4", snappy=True),
                      _client(3 + node, node, "metrics-worker/1.4", tls=True, tls_version="TLS1.3",
                              sample_rate=25)]},
@@ -101,9 +104,25 @@ def fixed_snapshot() -> ClusterSnapshot:
 SNAPSHOT = fixed_snapshot()
 
 
+def fixed_peeks() -> dict[tuple[str, str], Peek]:
+    """page_views/metrics: vm1's next messages (text, a long line, binary,
+    a requeued one); vm2 answers as a Go nsqd would (no peek endpoint)."""
+
+    def m(n: int, age: float, body: bytes, attempts: int = 0) -> PeekedMessage:
+        return PeekedMessage(id=f"0d1f{n:012x}", timestamp=int((T0 - age) * 1e9), attempts=attempts, body=body,
+                             node="10.0.0.1:4151", hostname="vm1")
+
+    vm1 = [m(1, 3725, b'{"path": "/checkout", "user": 4411}', attempts=3),
+           m(2, 400, ('{"path": "/search", "q": "' + "long query " * 12 + '"}').encode()),
+           m(3, 95, b'{"path": "/", "user": 17}'), m(4, 12, b"\x00\x17\xfe\xca binary"),
+           m(5, 2, "multi\nline caf\u00e9".encode())]
+    note = "nsqd vm2 (10.0.0.2:4151): no peek endpoint (Go nsqd has none)"
+    return {("page_views", "metrics"): Peek("page_views", "metrics", T0, merge_peeks([vm1]), [note], 2)}
+
+
 def app(read_only: bool = False) -> AdminApp:
     snap = copy.deepcopy(SNAPSHOT)
-    return AdminApp(FixedSource(snap), None, read_only=read_only, snapshot=snap)
+    return AdminApp(FixedSource(snap, peeks=fixed_peeks()), None, read_only=read_only, snapshot=snap)
 
 
 def test_topics_screen(snap_compare):
@@ -140,6 +159,16 @@ def test_inactive_topic(snap_compare):
 
 def test_channel_paused(snap_compare):
     assert snap_compare(app(), press=["enter", "enter"], terminal_size=(120, 24))
+
+
+def test_peek_screen(snap_compare):
+    async def peek(pilot) -> None:
+        await pilot.press("down", "down", "enter", "down", "enter", "m")
+        while getattr(pilot.app.screen, "peeked", None) is None:  # the peek runs in a worker
+            await pilot.pause(0.01)
+        await pilot.pause()
+
+    assert snap_compare(app(), run_before=peek, terminal_size=(100, 24))
 
 
 def test_nodes_screen_with_an_unreachable_nsqd(snap_compare):

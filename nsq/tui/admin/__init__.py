@@ -7,7 +7,11 @@ Screens (each refreshed at every poll, every ``refresh_interval`` seconds):
   and a rate sparkline on top; sort and filter.
 - Topic (:mod:`.topic`): per nsqd and per channel figures (e2e percentiles
   when nsqd records them), sparklines of the queued messages and the rate.
-- Channel (:mod:`.channel`): per nsqd figures and every consumer connection.
+- Channel (:mod:`.channel`): per nsqd figures (dead-lettered messages
+  and max attempts too, from this project's nsqd) and every consumer
+  connection.
+- Peek (:mod:`.peek`): the next messages of a channel (or of a topic
+  without channels) on each nsqd, merged oldest first; changes nothing.
 - Nodes (:mod:`.nodes`): the nsqds (version, ports, lookupd connections,
   topics and tombstones) and the lookupds.
 
@@ -30,8 +34,9 @@ from nsq.tui.admin.base import AdminScreen
 from nsq.tui.admin.channel import ChannelScreen
 from nsq.tui.admin.keys import KEYS, REFRESH_INTERVALS
 from nsq.tui.admin.nodes import NodesScreen
+from nsq.tui.admin.peek import PeekScreen
 from nsq.tui.admin.topic import TopicScreen
 from nsq.tui.admin.topics import TopicsScreen
 
 __all__ = ["KEYS", "REFRESH_INTERVALS", "AdminApp", "AdminScreen", "ChannelScreen", "FixedSource", "NodesScreen",
-           "TopicScreen", "TopicsScreen", "run_admin_app"]
+           "PeekScreen", "TopicScreen", "TopicsScreen", "run_admin_app"]

@@ -4,6 +4,7 @@ runs the admin actions and reports them in toasts."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -15,6 +16,7 @@ from textual.binding import Binding
 
 from nsq.cluster.actions import ActionResult, Actor, Admin
 from nsq.cluster.model import ClusterSnapshot
+from nsq.cluster.peek import Peek
 from nsq.cluster.poller import Cluster
 from nsq.tui import fmt
 from nsq.tui.admin.base import AdminScreen
@@ -27,15 +29,37 @@ __all__ = ["AdminApp", "FixedSource", "run_admin_app"]
 
 
 class FixedSource:
-    """A source that answers every poll with the same snapshot (screenshots, tests)."""
+    """A source that answers every poll with the same snapshot, and every
+    peek with the same messages (screenshots, tests).
 
-    def __init__(self, snapshot: ClusterSnapshot, description: str = "lookupd 127.0.0.1:4161") -> None:
+    Args:
+        peeks: ``{(topic, channel): Peek}`` (channel "" for a topic's own
+            queue); a peek at anything else answers a note.
+    """
+
+    def __init__(self, snapshot: ClusterSnapshot, description: str = "lookupd 127.0.0.1:4161",
+                 peeks: dict[tuple[str, str], Peek] | None = None) -> None:
         self.snapshot = snapshot
         self.description = description
+        self.peeks = peeks or {}
 
     async def poll(self) -> ClusterSnapshot:
         """The snapshot given."""
         return self.snapshot
+
+    async def peek(self, snapshot: ClusterSnapshot, topic: str, channel: str = "", n: int = 20) -> Peek:
+        """The peek given for ``(topic, channel)``, its messages cut to ``n``
+        per nsqd (as :meth:`nsq.cluster.poller.Cluster.peek`)."""
+        fixed = self.peeks.get((topic, channel))
+        if fixed is None:
+            return Peek(topic, channel, snapshot.taken_at, notes=["no fixed messages for this one"])
+        per_node: dict[str, int] = {}
+        kept = []
+        for m in fixed.messages:
+            per_node[m.node] = per_node.get(m.node, 0) + 1
+            if per_node[m.node] <= n:
+                kept.append(m)
+        return dataclasses.replace(fixed, messages=kept, notes=list(fixed.notes))
 
 
 class AdminApp(App[None]):
@@ -71,6 +95,7 @@ class AdminApp(App[None]):
     TopicScreen #nodes, ChannelScreen #nodes { max-height: 9; }
     NodesScreen #lookupds { max-height: 8; }
     .notice { padding: 0 1; color: $text-muted; text-style: italic; }
+    PeekScreen #notes { height: auto; padding: 0 1; }
     """
     BINDINGS: ClassVar = [
         Binding("question_mark", "help", "Help"),

@@ -13,7 +13,7 @@ from nsq.tui import fmt
 from nsq.tui.widgets import num
 
 __all__ = ["CHANNEL_COLUMNS", "TOPIC_NODE_COLUMNS", "channel_cells", "e2e_cells", "e2e_quantiles", "host_cell",
-           "name_cell"]
+           "max_attempts_note", "name_cell"]
 
 
 def e2e_quantiles(groups: Sequence[Sequence[Percentile]]) -> list[float]:
@@ -58,15 +58,32 @@ def host_cell(hostname: str, address: str, *, paused: bool = False, note: str = 
 TOPIC_NODE_COLUMNS = [("NSQd Host", "NSQd Host"), ("Depth", "Depth"), ("Mem + Disk", "Mem+Disk"),
                       ("Messages", "Msgs"), ("Rate/s", "Rate"), ("Channels", "Chan")]
 
-#: the figures of a channel row, (full, short) names
+#: the figures of a channel row, (full, short) names; "Dead" is this
+#: project's nsqd ``dead_letter_count`` (0 from a Go nsqd)
 CHANNEL_COLUMNS = [("Depth", "Depth"), ("Mem + Disk", "Mem+Disk"), ("In-Flight", "InFlt"), ("Deferred", "Def"),
-                   ("Requeued", "Req"), ("Timed Out", "T-O"), ("Messages", "Msgs"), ("Connections", "Conns"),
-                   ("Rate/s", "Rate")]
+                   ("Requeued", "Req"), ("Timed Out", "T-O"), ("Dead", "Dead"), ("Messages", "Msgs"),
+                   ("Connections", "Conns"), ("Rate/s", "Rate")]
 
 
 def channel_cells(c: ChannelStats, wide: bool = True) -> list[Text]:
     """The :data:`CHANNEL_COLUMNS` cells of a channel (compact when not ``wide``)."""
     return [num(fmt.count(c.depth)), num(fmt.mem_disk(c.memory_depth, c.backend_depth, not wide)),
             num(fmt.count(c.in_flight)), num(fmt.count(c.deferred)), num(fmt.count(c.requeued)),
-            num(fmt.count(c.timed_out)), num(fmt.count(c.messages)), num(fmt.count(c.client_count)),
-            num(fmt.rate(c.rate))]
+            num(fmt.count(c.timed_out)), num(fmt.count(c.dead_letters), "bold red" if c.dead_letters else ""),
+            num(fmt.count(c.messages)), num(fmt.count(c.client_count)), num(fmt.rate(c.rate))]
+
+
+def max_attempts_note(c: ChannelStats) -> str:
+    """``"max 5 attempts"`` when the channel's nsqds move a message to its
+    dead-letter topic instead of delivering it a 6th time; ``"max 3-5
+    attempts"`` when they differ, ``"... on 1 of 2 nsqd"`` when some have
+    it off; "" when it is off everywhere."""
+    values = [n.max_attempts for n in c.nodes] or [c.max_attempts]
+    on = [v for v in values if v]
+    if not on:
+        return ""
+    low, high = min(on), max(on)
+    text = f"max {high} attempt{'s' if high > 1 else ''}" if low == high else f"max {low}-{high} attempts"
+    if len(on) < len(values):
+        text += f" on {len(on)} of {len(values)} nsqd"
+    return text

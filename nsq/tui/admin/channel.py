@@ -1,5 +1,6 @@
 """The Channel screen: one channel's nsqds and every consumer connection,
-and the channel actions (nsqadmin's ``nsqadmin/static/html/channel.hbs``)."""
+and the channel actions (nsqadmin's ``nsqadmin/static/html/channel.hbs``);
+``m`` peeks at its next messages (:mod:`.peek`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ from textual.widgets import DataTable, Label, Static
 from nsq.cluster.model import ChannelStats, ClusterSnapshot
 from nsq.tui import fmt
 from nsq.tui.admin.base import AdminScreen
-from nsq.tui.admin.cells import CHANNEL_COLUMNS, channel_cells, e2e_cells, e2e_quantiles, host_cell
+from nsq.tui.admin.cells import (
+    CHANNEL_COLUMNS,
+    channel_cells,
+    e2e_cells,
+    e2e_quantiles,
+    host_cell,
+    max_attempts_note,
+)
+from nsq.tui.admin.peek import PeekScreen
 from nsq.tui.widgets import SparkRow, fill_table, num, set_columns
 
 __all__ = ["ChannelScreen"]
@@ -28,6 +37,7 @@ class ChannelScreen(AdminScreen):
         Binding("p", "pause", "Pause"),
         Binding("e", "empty", "Empty"),
         Binding("d", "delete", "Delete"),
+        Binding("m", "peek", "Peek"),
         Binding("2", "app.mode('nodes')", "Nodes"),
     ]
 
@@ -63,6 +73,8 @@ class ChannelScreen(AdminScreen):
             ch = ChannelStats(topic=self.topic, name=self.channel)
         elif ch.paused:
             title.append("  paused", style="bold yellow")
+        if note := max_attempts_note(ch):  # then the Dead column counts what went to the dead-letter topic
+            title.append(f"  {note}", style="dim")
         self.query_one("#title", Static).update(title)
         self.query_one("#depth", SparkRow).show(ch.depth_history, fmt.count(ch.depth))
         self.query_one("#rate", SparkRow).show(ch.rate_history, fmt.rate(ch.rate))
@@ -96,6 +108,9 @@ class ChannelScreen(AdminScreen):
             for c in ch.clients])
         clients.display = bool(ch.clients)
         self.query_one("#noclients", Static).display = not ch.clients
+
+    def action_peek(self) -> None:
+        self.app.push_screen(PeekScreen(self.topic, self.channel))
 
     def action_pause(self) -> None:
         ch = self._stats()

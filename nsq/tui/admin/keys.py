@@ -35,14 +35,19 @@ KEYS: list[tuple[str, list[tuple[str, str, bool]]]] = [
         ("c", "create a channel in this topic", True),
         ("p / e / d", "pause or unpause / empty / delete the topic", True),
         ("t", "tombstone the topic on the selected nsqd (and delete it there)", True),
+        ("m", "peek at the messages queued in the topic itself (no channel, or paused)", False),
     ]),
     ("Channel", [
         ("p / e / d", "pause or unpause / empty / delete the channel", True),
+        ("m", "peek at the next 20 messages on each nsqd (changes nothing)", False),
+    ]),
+    ("Peek", [
+        ("r", "peek again", False),
     ]),
 ]
 
 #: terminal width from which each table uses full column names
-WIDE_FROM = {"topics": 100, "topic-nodes": 110, "channels": 140, "channel-nodes": 150, "clients": 160}
+WIDE_FROM = {"topics": 100, "topic-nodes": 110, "channels": 146, "channel-nodes": 156, "clients": 160}
 
 #: every action that changes the cluster (none of them in read-only mode)
 ADMIN_ACTIONS = frozenset({"create", "pause", "empty", "delete", "tombstone"})

@@ -1,6 +1,7 @@
 """The Topic screen: one topic's nsqds and channels, e2e percentiles,
 sparklines, and the topic actions with their confirmations (nsqadmin's
-``nsqadmin/static/html/topic.hbs``)."""
+``nsqadmin/static/html/topic.hbs``); ``m`` peeks at the messages the topic
+holds itself when it has no channel (or holds some while paused)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,11 @@ from nsq.tui.admin.cells import (
     e2e_cells,
     e2e_quantiles,
     host_cell,
+    max_attempts_note,
     name_cell,
 )
 from nsq.tui.admin.channel import ChannelScreen
+from nsq.tui.admin.peek import PeekScreen
 from nsq.tui.widgets import SparkRow, fill_table, num, set_columns
 
 __all__ = ["TopicScreen", "confirm_delete_topic", "confirm_empty_topic", "confirm_pause_topic"]
@@ -68,12 +71,26 @@ class TopicScreen(AdminScreen):
         Binding("e", "empty", "Empty"),
         Binding("d", "delete", "Delete"),
         Binding("t", "tombstone", "Tombstone"),
+        Binding("m", "peek", "Peek"),
         Binding("2", "app.mode('nodes')", "Nodes"),
     ]
 
     def __init__(self, topic: str) -> None:
         super().__init__()
         self.topic = topic
+        self._can_peek: bool | None = None
+
+    def can_peek(self) -> bool:
+        """Whether the topic's own queue is worth a peek: an nsqd has the
+        topic and it has no channel (messages wait in the topic) or holds
+        messages itself (paused)."""
+        topic = self._stats()
+        return topic is not None and bool(topic.nodes) and (not topic.channels or topic.depth > 0)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "peek":
+            return self.can_peek()
+        return super().check_action(action, parameters)
 
     def compose_body(self) -> ComposeResult:
         yield Static("", id="title")
@@ -142,10 +159,15 @@ class TopicScreen(AdminScreen):
         set_columns(channels, self.labels("channels", [("Channel", "Channel")] + CHANNEL_COLUMNS)
                      + [fmt.quantile_label(q) for q in quantiles])
         wide = self.wide("channels")
-        fill_table(channels, [(c.name, [name_cell(c.name, paused=c.paused, style="bold")] + channel_cells(c, wide)
-                               + e2e_cells(c.e2e, quantiles)) for c in topic.channels])
+        # max attempts beside the name when there is room (the Channel screen's title always has it)
+        fill_table(channels, [(c.name, [name_cell(c.name, paused=c.paused, note=max_attempts_note(c) if wide else "",
+                                                  style="bold")]
+                               + channel_cells(c, wide) + e2e_cells(c.e2e, quantiles)) for c in topic.channels])
         channels.display = bool(topic.channels)
         self.query_one("#nochannels", Static).display = not topic.channels
+        if self.can_peek() != self._can_peek:  # show or hide "m Peek" in the footer
+            self._can_peek = self.can_peek()
+            self.refresh_bindings()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "channels":
@@ -153,6 +175,10 @@ class TopicScreen(AdminScreen):
 
     def action_create(self) -> None:
         self.create(self.topic)
+
+    def action_peek(self) -> None:
+        if self.can_peek():
+            self.app.push_screen(PeekScreen(self.topic))
 
     def action_pause(self) -> None:
         topic = self._stats()
