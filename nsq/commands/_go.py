@@ -169,8 +169,11 @@ async def serve_daemon(daemon: Any, log: Any) -> int:
     """Raise the open-file limit (:mod:`nsq.server.fdlimit`), start
     ``daemon`` (``await start()``), tune the cycle collector
     (:mod:`nsq.server.gctune`), hand freed memory back every 10 s
-    (:mod:`nsq.server.memtrim`), run until SIGINT/SIGTERM, then ``await
-    stop()``. Returns the exit code: 1 if it could not start."""
+    (:mod:`nsq.server.memtrim`), run until SIGINT/SIGTERM or until the
+    daemon stops itself (nsqd's ``POST /drain``), then ``await stop()``.
+    With nsqd's ``--drain-timeout`` a signal drains first (``drain()``; a
+    second signal ends the wait). Returns the exit code: 0, or 1 if it
+    could not start."""
 
     from nsq.server.fdlimit import raise_nofile_limit
 
@@ -186,9 +189,24 @@ async def serve_daemon(daemon: Any, log: Any) -> int:
 
     tune_for_daemon()
     trimmer = asyncio.get_running_loop().create_task(trim_periodically())
-    await stop_event().wait()
+    signals = stop_event()
+    wait_stopped = getattr(daemon, "wait_stopped", None)  # nsqd can stop itself (POST /drain)
+    stopped = asyncio.ensure_future(wait_stopped() if wait_stopped else asyncio.Event().wait())
+    waiting = asyncio.ensure_future(signals.wait())
+    await asyncio.wait({stopped, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    drain_timeout = getattr(getattr(daemon, "options", None), "drain_timeout", 0)
+    if not stopped.done() and drain_timeout > 0:
+        # a second signal ends the drain's wait at once
+        signals.clear()
+        loop = asyncio.get_running_loop()
+        second = loop.create_task(signals.wait())
+        second.add_done_callback(lambda _: daemon.skip_drain())
+        await daemon.drain(drain_timeout)
+        second.cancel()
     trimmer.cancel()
     await daemon.stop()
+    stopped.cancel()
     return 0
 
 

@@ -259,7 +259,7 @@ class Channel:
         Memory and the backend (disk) take turns when both hold messages, so
         neither starves (Go selects between them at random).
         """
-        if self.paused:
+        if self.paused or self.nsqd.draining:
             return
         ready = self._ready
         if not ready:

@@ -33,6 +33,8 @@ class QueueHost(Protocol):
     """
 
     options: NSQDOptions
+    #: True while draining: no new deliveries, publishes refused
+    draining: bool
 
     def make_backend(self, name: str, ephemeral: bool) -> BackendQueue:
         """The overflow backend of ``topic`` or ``topic:channel``."""

@@ -74,6 +74,7 @@ class NSQDHTTPServer:
         r.add_post("/channel/config", self.channel_config)
         r.add_get("/channel/peek", self.channel_peek, allow_head=False)
         r.add_get("/topic/peek", self.topic_peek, allow_head=False)
+        r.add_post("/drain", self.drain)
         r.add_put("/config/{opt}", self.config)
         self.app = self._listener.app
 
@@ -120,11 +121,16 @@ class NSQDHTTPServer:
     def _check_exiting(self) -> None:
         if self.nsqd.exiting:
             raise HTTPError(503, "EXITING")
+        if self.nsqd.draining:
+            raise HTTPError(503, "DRAINING")
 
     # -- handlers ----------------------------------------------------------------
 
     async def ping(self, request: web.Request) -> web.Response:
-        """GET /ping: ``OK``, or 500 ``NOK - <reason>`` when unhealthy."""
+        """GET /ping: ``OK``, 503 ``DRAINING`` while draining (so load
+        balancers take this nsqd out), or 500 ``NOK - <reason>`` when unhealthy."""
+        if self.nsqd.draining and not self.nsqd.exiting:
+            return _text("DRAINING", 503)
         health = self.nsqd.health
         if health != "OK":
             return _text(f"NOK - {health}", 500)
@@ -162,7 +168,7 @@ class NSQDHTTPServer:
         try:
             topic.publish([body], defer_ms)
         except TopicFull:
-            raise HTTPError(503, "EXITING" if self.nsqd.exiting or topic.deleted else "PUB_FAILED") from None
+            raise HTTPError(503, _refusal(self.nsqd, topic, "PUB_FAILED")) from None
         await self._durable()
         return _text("OK")
 
@@ -199,7 +205,7 @@ class NSQDHTTPServer:
             try:
                 topic.publish(bodies)
             except TopicFull:
-                raise HTTPError(503, "EXITING" if self.nsqd.exiting or topic.deleted else "MPUB_FAILED") from None
+                raise HTTPError(503, _refusal(self.nsqd, topic, "MPUB_FAILED")) from None
             await self._durable()
         return _text("OK")
 
@@ -341,6 +347,12 @@ class NSQDHTTPServer:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         return _json({"messages": [_peeked(e) for e in topic.peek(self._peek_count(request))]})
 
+    async def drain(self, request: web.Request) -> web.Response:
+        """POST /drain: drain (``--drain-timeout``) and shut down, as SIGTERM
+        does; answers ``OK`` at once (``/ping`` says ``DRAINING`` meanwhile)."""
+        self.nsqd.request_drain()
+        return _text("OK")
+
     async def config(self, request: web.Request) -> web.Response:
         """GET/PUT /config/<option>: read an option as JSON; PUT nsqlookupd_tcp_addresses or log_level."""
         opt = request.match_info["opt"]
@@ -397,3 +409,10 @@ def _peeked(e: tuple) -> dict[str, Any]:
     """A queue entry as /channel/peek shows it."""
     return {"id": e[0].decode("latin-1"), "timestamp": e[2], "attempts": e[3],
             "body": base64.b64encode(e[1]).decode("ascii")}
+
+
+def _refusal(nsqd, topic, failed: str) -> str:
+    """The HTTP message of a refused publish."""
+    if nsqd.exiting or topic.deleted:
+        return "EXITING"
+    return "DRAINING" if nsqd.draining else failed

@@ -39,6 +39,8 @@ class NSQDOptions:
     broadcast_http_port: int = 0
     nsqlookupd_tcp_addresses: list[str] = field(default_factory=list)
     auth_http_addresses: list[str] = field(default_factory=list)
+    # beyond Go: AUTH on the HTTP(S) API too (False = Go's open HTTP API)
+    http_auth_required: bool = False
     http_client_connect_timeout: float = 2.0
     http_client_request_timeout: float = 5.0
     # disk queue
@@ -62,6 +64,8 @@ class NSQDOptions:
     min_output_buffer_timeout: float = 0.025
     output_buffer_timeout: float = 0.25
     max_channel_consumers: int = 0
+    # beyond Go: graceful drain before shutdown (0 = Go's shutdown)
+    drain_timeout: float = 0.0
     # beyond Go: server-side give-up (0 = off, as Go)
     max_attempts: int = 0
     dead_letter_topic: str = "{topic}.{channel}.dead"
@@ -95,6 +99,9 @@ class NSQDOptions:
 OPTION_SPECS: tuple[OptionSpec, ...] = (
     OptionSpec("auth-http-address", "auth_http_addresses", "list",
                "<addr>:<port> to query auth server (may be given multiple times)"),
+    OptionSpec("http-auth-required", "http_auth_required", "bool",
+               "require 'Authorization: Bearer <secret>' on every HTTP(S) API request but /ping, /info and "
+               "/metrics, checked with the --auth-http-address servers as AUTH is (default false: open, as Go nsqd)"),
     OptionSpec("broadcast-address", "broadcast_address", "str",
                "address that will be registered with lookupd (defaults to the OS hostname)"),
     OptionSpec("broadcast-http-port", "broadcast_http_port", "int",
@@ -121,6 +128,10 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     OptionSpec("max-body-size", "max_body_size", "int", "maximum size of a single command body"),
     OptionSpec("max-bytes-per-file", "max_bytes_per_file", "int",
                "number of bytes per diskqueue file before rolling"),
+    OptionSpec("drain-timeout", "drain_timeout", "duration",
+               "on SIGTERM/SIGINT or POST /drain: unregister from lookupd, stop accepting connections and "
+               "publishes, stop delivering, and wait up to this long for messages in flight to be finished "
+               "or requeued before shutting down; 0s: shut down at once, as Go nsqd"),
     OptionSpec("max-attempts", "max_attempts", "int",
                "deliveries of a message on a channel before nsqd moves it to the channel's dead-letter topic "
                "instead of delivering it again; 0: never, as Go nsqd"),
@@ -205,6 +216,8 @@ def validate(opts: NSQDOptions) -> None:
             text) for a percentile outside (0, 1]; a window time, statsd
             interval or packet size that is not positive (Go would hang,
             panic or silently use 4096 bytes).
+            ``--http-auth-required needs --auth-http-address`` when HTTP
+            AUTH is asked for without an auth server.
     """
     percentiles = opts.e2e_processing_latency_percentiles
     for v in percentiles:
@@ -214,6 +227,8 @@ def validate(opts: NSQDOptions) -> None:
         opts.e2e_processing_latency_percentiles = sorted(percentiles, reverse=True)
         if not opts.e2e_processing_latency_window_time > 0:
             raise ConfigError("--e2e-processing-latency-window-time must be positive")
+    if opts.http_auth_required and not opts.auth_http_addresses:
+        raise ConfigError("--http-auth-required needs --auth-http-address")
     if opts.max_attempts < 0 or opts.max_attempts > 65535:
         raise ConfigError(f"--max-attempts must be in [0, 65535], got {opts.max_attempts}")
     if opts.statsd_address:

@@ -102,6 +102,8 @@ class Topic:
         """
         if self.deleted:
             raise TopicFull("exiting")
+        if self.nsqd.draining:
+            raise TopicFull("draining")
         n = len(bodies)
         self._check_room(n)
         # entries are built by zip in C: no Python call per message
