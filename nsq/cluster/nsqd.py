@@ -7,6 +7,7 @@ a topic when no lookupd is given (nsqio/nsq ``internal/clusterinfo/data.go``,
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterable
 
 from nsq.client.lookupd import HTTPAPIClient, HTTPAPIError, ask_each
@@ -25,9 +26,29 @@ class NSQDHTTPError(HTTPAPIError):
 class NSQDHTTPClient(HTTPAPIClient):
     """Asks nsqds over HTTP: the session, headers and timeouts of
     :class:`~nsq.client.lookupd.HTTPAPIClient`, errors raised as
-    :class:`NSQDHTTPError`."""
+    :class:`NSQDHTTPError`.
+
+    Args:
+        connect_timeout, request_timeout, user_agent, ssl_context: as
+            :class:`~nsq.client.lookupd.HTTPAPIClient`.
+        auth_secret: sent as ``Authorization: Bearer <secret>`` on every
+            request, for an nsqd started with ``--http-auth-required`` (this
+            project's; nsqd asks its ``--auth-http-address`` servers about it
+            as for the V2 ``AUTH`` command,
+            https://nsq.io/components/nsqd.html#auth); "" sends none. Such an
+            nsqd answers 401 ``AUTH_REQUIRED`` / ``AUTH_FAILED`` and 403
+            ``UNAUTHORIZED`` (raised as :class:`NSQDHTTPError` with that
+            ``status``) and lists in ``/stats`` only what the secret may
+            subscribe to.
+    """
 
     error_class = NSQDHTTPError
+
+    def __init__(self, connect_timeout: float = 2.0, request_timeout: float = 5.0, user_agent: str | None = None,
+                 ssl_context: ssl.SSLContext | None = None, auth_secret: str = "") -> None:
+        super().__init__(connect_timeout, request_timeout, user_agent, ssl_context)
+        if auth_secret:
+            self._headers["Authorization"] = f"Bearer {auth_secret}"
 
     async def stats(self, address: str, topic: str = "", channel: str = "", include_clients: bool = True) -> dict:
         """GET /stats?format=json: ``{"version", "health", "start_time",

@@ -55,6 +55,9 @@ class Cluster:
         connect_timeout, request_timeout: seconds, per HTTP request.
         ssl_context: for ``https://`` addresses (``--http-client-tls-*``).
         history: how many polls the sparkline series keep.
+        auth_secret: sent to the nsqds as ``Authorization: Bearer <secret>``
+            (nsqd's ``--http-auth-required``; :class:`~nsq.cluster.nsqd.NSQDHTTPClient`);
+            "" sends none. Lookupds are asked without it.
 
     Raises:
         ValueError: neither or both address lists given (as nsqadmin).
@@ -64,7 +67,7 @@ class Cluster:
 
     def __init__(self, lookupd_http_addresses: Sequence[str] = (), nsqd_http_addresses: Sequence[str] = (), *,
                  connect_timeout: float = 2.0, request_timeout: float = 5.0,
-                 ssl_context: ssl.SSLContext | None = None, history: int = 120) -> None:
+                 ssl_context: ssl.SSLContext | None = None, history: int = 120, auth_secret: str = "") -> None:
         self.lookupd_addresses = list(lookupd_http_addresses)
         self.nsqd_addresses = list(nsqd_http_addresses)
         if not self.lookupd_addresses and not self.nsqd_addresses:
@@ -74,7 +77,7 @@ class Cluster:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.lookupd = LookupdHTTPClient(connect_timeout, request_timeout, USER_AGENT, ssl_context)
-        self.nsqd = NSQDHTTPClient(connect_timeout, request_timeout, USER_AGENT, ssl_context)
+        self.nsqd = NSQDHTTPClient(connect_timeout, request_timeout, USER_AGENT, ssl_context, auth_secret=auth_secret)
         self.history = History(history)
 
     async def __aenter__(self) -> Cluster:

@@ -106,6 +106,8 @@ class StatPoller:
         nsqd: nsqd HTTP addresses to ask directly (one of the two).
         interval: seconds between polls; the rates divide by it (Go).
         connect_timeout, request_timeout: seconds, per HTTP request.
+        auth_secret: sent to the nsqds as ``Authorization: Bearer <secret>``
+            (nsqd's ``--http-auth-required``); "" sends none.
 
     HTTP sessions are opened by the first :meth:`poll` (in the running
     loop) and closed by :meth:`close`.
@@ -113,7 +115,7 @@ class StatPoller:
 
     def __init__(self, topic: str, channel: str, *, lookupd: list[str] | None = None,
                  nsqd: list[str] | None = None, interval: float = 2.0, connect_timeout: float = 2.0,
-                 request_timeout: float = 5.0) -> None:
+                 request_timeout: float = 5.0, auth_secret: str = "") -> None:
         self.topic = topic
         self.channel = channel
         self.lookupd = list(lookupd or [])
@@ -121,6 +123,7 @@ class StatPoller:
         self.interval = interval
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
+        self.auth_secret = auth_secret
         self._nsqd_client: NSQDHTTPClient | None = None
         self._lookupd_client: LookupdHTTPClient | None = None
         self._number = 0
@@ -178,7 +181,7 @@ class StatPoller:
         failure (they are in the report)."""
         if self._nsqd_client is None:
             self._nsqd_client = NSQDHTTPClient(self.connect_timeout, self.request_timeout,
-                                               user_agent=f"nsq_stat/{__version__}")
+                                               user_agent=f"nsq_stat/{__version__}", auth_secret=self.auth_secret)
         client = self._nsqd_client
         self._number += 1
         report = StatReport(self._number, time.time())

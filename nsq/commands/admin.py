@@ -6,6 +6,8 @@ imported only when the command runs, so ``nsq --help`` stays fast.
 Environment: ``NSQ_ADMIN_USER`` names the acting user (default: the login
 name), ``NSQ_ADMIN_READ_ONLY=1`` forces ``--read-only``; see
 :mod:`nsq.cluster.actions` for the other fields of the notifications.
+``NSQ_AUTH_SECRET`` is the default of ``--http-auth-secret`` (the secret
+sent to nsqds started with ``--http-auth-required``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ def _bool_flag(name: str, help_text: str):
 @click.option("--http-client-tls-root-ca-file", default="", help="path to CA file for the HTTP client")
 @_bool_flag("--http-client-tls-insecure-skip-verify", "configure the HTTP client to skip verification of TLS "
             "certificates (default false)")
+@click.option("--http-auth-secret", default="", envvar="NSQ_AUTH_SECRET", show_envvar=True, show_default=False,
+              help="secret sent to the nsqds as 'Authorization: Bearer <secret>' (for nsqds started with "
+                   "--http-auth-required); lookupds are asked without it")
 @click.option("--notification-http-endpoint", default="",
               help="HTTP endpoint (fully qualified) to which POST notifications of admin actions will be sent")
 @click.option("--admin-user", "admin_users", multiple=True,
@@ -63,7 +68,7 @@ def _bool_flag(name: str, help_text: str):
               help="with --serve: a bearer token accepted instead of basic auth")
 def admin(lookupd: tuple[str, ...], nsqd: tuple[str, ...], http_client_connect_timeout: float,
           http_client_request_timeout: float, http_client_tls_cert: str, http_client_tls_key: str,
-          http_client_tls_root_ca_file: str, http_client_tls_insecure_skip_verify: bool,
+          http_client_tls_root_ca_file: str, http_client_tls_insecure_skip_verify: bool, http_auth_secret: str,
           notification_http_endpoint: str, admin_users: tuple[str, ...], acl_http_header: str,
           refresh_interval: float, read_only: bool, action_log: str, serve: bool, http_address: str,
           serve_user: str, serve_password: str, serve_token: str) -> None:
@@ -90,6 +95,9 @@ def admin(lookupd: tuple[str, ...], nsqd: tuple[str, ...], http_client_connect_t
                          refresh_interval, read_only, action_log)
         if bool(serve_user) != bool(serve_password):
             fail("--serve-user and --serve-password must be given together")
+        if http_auth_secret:
+            # the sessions inherit it through the environment (not their command line, which ps shows)
+            os.environ["NSQ_AUTH_SECRET"] = http_auth_secret
         try:
             from nsq.tui.serve import serve_admin
         except ImportError as exc:
@@ -113,7 +121,7 @@ def admin(lookupd: tuple[str, ...], nsqd: tuple[str, ...], http_client_connect_t
     try:
         code = _run(list(lookupd), list(nsqd), http_client_connect_timeout, http_client_request_timeout,
                     ssl_context, notification_http_endpoint, list(admin_users), refresh_interval, read_only,
-                    action_log)
+                    action_log, http_auth_secret)
     except ImportError as exc:
         fail(f"the TUI needs textual: {exc}")
     sys.exit(code)
@@ -165,13 +173,16 @@ def _app_argv(lookupd: tuple[str, ...], nsqd: tuple[str, ...], connect_timeout: 
 
 
 def _run(lookupd: list[str], nsqd: list[str], connect_timeout: float, request_timeout: float, ssl_context: Any,
-         endpoint: str, admin_users: list[str], refresh_interval: float, read_only: bool, action_log: str) -> int:
+         endpoint: str, admin_users: list[str], refresh_interval: float, read_only: bool, action_log: str,
+         auth_secret: str = "") -> int:
     from nsq.cluster.actions import Actor
     from nsq.tui.admin import run_admin_app
 
     actor = Actor.from_env()
     read_only, reason = access(read_only, admin_users, actor.user)
+    # run_admin_app hands auth_secret to Cluster (nsq.cluster.poller); given only when set
+    extra = {"auth_secret": auth_secret} if auth_secret else {}
     return run_admin_app(lookupd, nsqd, actor=actor, read_only=read_only, read_only_reason=reason,
                          connect_timeout=connect_timeout, request_timeout=request_timeout, ssl_context=ssl_context,
                          notification_http_endpoint=endpoint, action_log=action_log,
-                         refresh_interval=refresh_interval)
+                         refresh_interval=refresh_interval, **extra)

@@ -2,7 +2,9 @@
 on a terminal, :mod:`nsq.tui.stat` (the same figures live).
 
 Go nsq_stat's flags (nsqio/nsq ``apps/nsq_stat/nsq_stat.go``;
-https://nsq.io/components/utilities.html#nsq_stat), plus ``--plain``.
+https://nsq.io/components/utilities.html#nsq_stat), plus ``--plain`` and
+``--http-auth-secret`` (default: ``$NSQ_AUTH_SECRET``), the secret sent to
+nsqds started with ``--http-auth-required``.
 Textual is imported only for the TUI, so ``nsq stat --help`` and piped
 runs stay fast.
 """
@@ -33,11 +35,14 @@ __all__ = ["stat"]
               help="timeout for HTTP connect (default 2s)")
 @click.option("--http-client-request-timeout", type=GoDuration(), default=5.0,
               help="timeout for HTTP request (default 5s)")
+@click.option("--http-auth-secret", default="", envvar="NSQ_AUTH_SECRET", show_envvar=True,
+              help="secret sent to the nsqds as 'Authorization: Bearer <secret>' (for nsqds started with "
+                   "--http-auth-required); lookupds are asked without it")
 @click.option("--plain", is_flag=True, default=False,
               help="print nsq_stat's plain lines even when stdout is a terminal (the default when piped)")
 def stat(topic: str, channel: str, count: int | None, interval: float, lookupd: tuple[str, ...],
          nsqd: tuple[str, ...], http_client_connect_timeout: float, http_client_request_timeout: float,
-         plain: bool) -> None:
+         http_auth_secret: str, plain: bool) -> None:
     """Poll /stats of every nsqd with TOPIC and show CHANNEL's totals each --interval.
 
     A live TUI when stdout is a terminal; Go nsq_stat's plain lines when
@@ -55,9 +60,11 @@ def stat(topic: str, channel: str, count: int | None, interval: float, lookupd: 
         fail("use --nsqd-http-address or --lookupd-http-address not both")
     from nsq.apps.stat import StatError, StatPoller, run_plain
 
+    # StatPoller hands auth_secret to its NSQDHTTPClient; given only when set
+    extra = {"auth_secret": http_auth_secret} if http_auth_secret else {}
     poller = StatPoller(topic, channel, lookupd=list(lookupd), nsqd=list(nsqd), interval=interval,
                         connect_timeout=http_client_connect_timeout,
-                        request_timeout=http_client_request_timeout)
+                        request_timeout=http_client_request_timeout, **extra)
     if not plain and _isatty(sys.stdout):
         from nsq.tui.stat import run_stat_app
 

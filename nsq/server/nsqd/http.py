@@ -26,6 +26,7 @@ from nsq.server.httpapi import (
     text_response,
     topic_channel_args,
 )
+from nsq.server.nsqd.httpauth import AUTH_KEY, auth_middleware, filter_stats
 from nsq.server.nsqd.options import SPEC_BY_CFG, describe
 from nsq.server.nsqd.stats import get_stats, render_text
 from nsq.server.nsqd.topic import TopicFull
@@ -51,7 +52,8 @@ class NSQDHTTPServer:
     def __init__(self, nsqd: NSQD) -> None:
         self.nsqd = nsqd
         self._listener = HTTPListener(client_max_size=max(
-            nsqd.options.max_body_size, nsqd.options.max_msg_size) + 1, middlewares=(self._tls_required,))
+            nsqd.options.max_body_size, nsqd.options.max_msg_size) + 1,
+            middlewares=(self._tls_required, auth_middleware(nsqd)))
         r = self._listener.router
         r.add_get("/ping", self.ping, allow_head=False)
         r.add_get("/info", self.info, allow_head=False)
@@ -215,6 +217,8 @@ class NSQDHTTPServer:
         include_clients = _BOOL.get(q.get("include_clients", ""), True)
         include_mem = _BOOL.get(q.get("include_mem", ""), True)
         stats = get_stats(self.nsqd, q.get("topic", ""), q.get("channel", ""), include_clients, include_mem)
+        # --http-auth-required: only what the request's identity may subscribe to
+        stats = filter_stats(stats, request.get(AUTH_KEY), q.get("topic", ""), q.get("channel", ""))
         if q.get("format") == "json":
             return _json(stats)
         return _text(render_text(self.nsqd, stats))

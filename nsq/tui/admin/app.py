@@ -212,7 +212,8 @@ class AdminApp(App[None]):
 def run_admin_app(lookupd_http_addresses: list[str], nsqd_http_addresses: list[str], *, actor: Actor,
                   read_only: bool, read_only_reason: str = "", connect_timeout: float = 2.0,
                   request_timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None,
-                  notification_http_endpoint: str = "", action_log: str = "", refresh_interval: float = 2.0) -> int:
+                  notification_http_endpoint: str = "", action_log: str = "", refresh_interval: float = 2.0,
+                  auth_secret: str = "") -> int:
     """Run ``nsq admin`` in this terminal on the cluster the addresses name.
 
     Args:
@@ -224,6 +225,8 @@ def run_admin_app(lookupd_http_addresses: list[str], nsqd_http_addresses: list[s
         ssl_context: for ``https://`` addresses.
         notification_http_endpoint, action_log: where each action is reported.
         refresh_interval: seconds between polls.
+        auth_secret: sent to the nsqds as ``Authorization: Bearer <secret>``
+            (nsqd's ``--http-auth-required``); "" sends none.
 
     Returns:
         the app's return code (0).
@@ -234,7 +237,8 @@ def run_admin_app(lookupd_http_addresses: list[str], nsqd_http_addresses: list[s
 
     async def main() -> int:
         async with Cluster(lookupd_http_addresses, nsqd_http_addresses, connect_timeout=connect_timeout,
-                           request_timeout=request_timeout, ssl_context=ssl_context) as cluster:
+                           request_timeout=request_timeout, ssl_context=ssl_context,
+                           auth_secret=auth_secret) as cluster:
             admin = None if read_only else Admin(cluster, actor, notification_http_endpoint, action_log)
             app = AdminApp(cluster, admin, read_only=read_only, read_only_reason=read_only_reason,
                            refresh_interval=refresh_interval)
