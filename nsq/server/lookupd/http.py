@@ -23,6 +23,7 @@ from nsq import NSQ_VERSION
 from nsq.protocol.names import is_valid_topic_name
 from nsq.server.httpapi import HTTPError, HTTPListener, json_response, text_response, topic_channel_args
 from nsq.server.lookupd.registration_db import Producer, keys, subkeys
+from nsq.server.lookupd.metrics import metrics_handler
 
 if TYPE_CHECKING:
     from nsq.server.lookupd.lookupd import NSQLookupd
@@ -46,6 +47,7 @@ class LookupdHTTPServer:
         self._listener = HTTPListener()
         self._session: aiohttp.ClientSession | None = None
         r = self._listener.router
+        r.add_get("/metrics", metrics_handler(lookupd), allow_head=False)
         r.add_get("/ping", self.ping, allow_head=False)
         r.add_get("/info", self.info, allow_head=False)
         r.add_get("/debug", self.debug, allow_head=False)

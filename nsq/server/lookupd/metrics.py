@@ -28,7 +28,8 @@ name                             type  meaning (the HTTP API answer it agrees wi
                                        ``/nodes`` ``tombstones`` (counted for inactive nsqds too)
 ================================ ===== =================================================================
 
-All are unlabelled gauges. Cost: one pass over the registrations per scrape.
+All are unlabelled gauges. Cost: one pass over the registrations per scrape
+(the page is small: ``generate_latest`` writes it).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from nsq.server.httpapi import (
     topic_channel_args,
 )
 from nsq.server.nsqd.httpauth import AUTH_KEY, auth_middleware, filter_stats
+from nsq.server.nsqd.metrics import metrics_handler
 from nsq.server.nsqd.options import SPEC_BY_CFG, describe
 from nsq.server.nsqd.stats import get_stats, render_text
 from nsq.server.nsqd.topic import TopicFull
@@ -77,6 +78,7 @@ class NSQDHTTPServer:
         r.add_get("/channel/peek", self.channel_peek, allow_head=False)
         r.add_get("/topic/peek", self.topic_peek, allow_head=False)
         r.add_post("/drain", self.drain)
+        r.add_get("/metrics", metrics_handler(nsqd), allow_head=False)
         r.add_put("/config/{opt}", self.config)
         self.app = self._listener.app
 

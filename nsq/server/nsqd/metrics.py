@@ -2,8 +2,9 @@
 
 Beyond Go nsqd, which has ``/stats`` and statsd but no Prometheus endpoint
 (https://nsq.io/components/nsqd.html). Format:
-https://prometheus.io/docs/instrumenting/exposition_formats/ (text format,
-written by ``prometheus_client.generate_latest``; content type
+https://prometheus.io/docs/instrumenting/exposition_formats/ (the text
+format as ``prometheus_client.generate_latest`` writes it, byte for byte,
+through the faster :func:`text_exposition`; content type
 ``prometheus_client.CONTENT_TYPE_LATEST``).
 
 Every figure is read from the daemon when the page is scraped (a custom
@@ -42,6 +43,7 @@ name                                                      type    ``/stats`` fie
 ``{topic,channel}``                                               ``count``
 ``nsq_clients``                                           gauge   V2 connections open
 ``nsq_health``                                            gauge   ``health``: 1 when ``OK``, else 0
+``nsq_draining``                                          gauge   1 while draining (``/ping`` 503), else 0
 ========================================================= ======= ===========================================
 
 The two e2e families are present only with
@@ -53,14 +55,18 @@ window slides, so it is the gauge ``..._samples`` instead of a counter). While
 a window is empty ``/stats`` says 0 and the summary says NaN, as Prometheus
 client libraries do for a summary without observations.
 
-Cost: one pass over topics and channels, about 20 samples per channel;
-formatting is done by ``prometheus_client`` (pure Python, on the event loop
-like ``/stats``).
+Cost: one pass over topics and channels on the event loop, as ``/stats``:
+5 samples per topic and 10 per channel (plus 1 and one per quantile with
+e2e). Measured: 10,000 topics with one channel each, 150,000 samples, an
+8.3 MB page in about 0.2 s (:func:`scrape`); aiohttp compresses the answer
+(gzip or deflate, when the scraper accepts it) in an executor thread.
 """
 
 from __future__ import annotations
 
+import gc
 import math
+import re
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
@@ -75,6 +81,8 @@ from prometheus_client import (
 )
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from nsq.server.httpapi import NSQ_HEADERS
 from nsq.server.nsqd.stats import e2e_latency
@@ -82,7 +90,8 @@ from nsq.server.nsqd.stats import e2e_latency
 if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD
 
-__all__ = ["NSQDCollector", "make_registry", "registry_for", "render", "metrics_handler", "quantile_label"]
+__all__ = ["NSQDCollector", "make_registry", "registry_for", "render", "metrics_handler", "quantile_label",
+           "text_exposition", "scrape"]
 
 _TOPIC = ("topic",)
 _CHANNEL = ("topic", "channel")
@@ -100,6 +109,9 @@ class NSQDCollector(Collector):
 
     Must be called on the daemon's event loop thread (it walks the topic and
     channel dicts the loop mutates), which the ``/metrics`` handler is.
+    Samples are built directly (not through ``add_metric``) and share one
+    labels dict per topic and per channel, which :func:`text_exposition`
+    formats once.
     """
 
     def __init__(self, nsqd: NSQD) -> None:
@@ -115,10 +127,10 @@ class NSQDCollector(Collector):
                                     "not yet copied to its channels.", labels=_TOPIC)
         t_backend = GaugeMetricFamily("nsq_topic_backend_depth", "Messages of nsq_topic_depth in the topic's "
                                       "disk queue.", labels=_TOPIC)
-        t_msgs = CounterMetricFamily("nsq_topic_messages", "Messages published to the topic since it was "
-                                     "created.", labels=_TOPIC)
+        t_msgs = CounterMetricFamily("nsq_topic_messages", "Messages published to the topic since nsqd "
+                                     "started.", labels=_TOPIC)
         t_bytes = CounterMetricFamily("nsq_topic_message_bytes", "Bytes of message bodies published to the "
-                                      "topic since it was created.", labels=_TOPIC)
+                                      "topic since nsqd started.", labels=_TOPIC)
         t_paused = GaugeMetricFamily("nsq_topic_paused", "1 while the topic is paused, else 0.", labels=_TOPIC)
         c_depth = GaugeMetricFamily("nsq_channel_depth", "Messages queued in the channel (memory + disk), "
                                     "not counting in-flight and deferred ones.", labels=_CHANNEL)
@@ -140,53 +152,185 @@ class NSQDCollector(Collector):
                                       labels=_CHANNEL)
         c_paused = GaugeMetricFamily("nsq_channel_paused", "1 while the channel is paused, else 0.",
                                      labels=_CHANNEL)
-        families: list[Metric] = [t_depth, t_backend, t_msgs, t_bytes, t_paused, c_depth, c_backend, c_inflight,
-                                  c_deferred, c_msgs, c_requeued, c_timed_out, c_dead, c_clients, c_paused]
+        topic_families: list[Metric] = [t_depth, t_backend, t_msgs, t_bytes, t_paused]
+        channel_families: list[Metric] = [c_depth, c_backend, c_inflight, c_deferred, c_msgs, c_requeued,
+                                          c_timed_out, c_dead, c_clients, c_paused]
+        # (sample name, samples list) of each family, in the order of the values below
+        t_out = [(f.name + ("_total" if f.type == "counter" else ""), f.samples) for f in topic_families]
+        c_out = [(f.name + ("_total" if f.type == "counter" else ""), f.samples) for f in channel_families]
         e2e_on = bool(nsqd.options.e2e_processing_latency_percentiles)
         host = nsqd.options.broadcast_address
-        if e2e_on:
-            e2e_name = "nsq_channel_e2e_processing_latency_seconds"
-            c_e2e = SummaryMetricFamily(e2e_name, "Time from publish to FIN (seconds), at the configured "
-                                        "quantiles over the --e2e-processing-latency-window-time window; "
-                                        "NaN while the window is empty.", labels=_CHANNEL)
-            c_e2e_n = GaugeMetricFamily("nsq_channel_e2e_processing_latency_samples", "FINs in the e2e "
-                                        "processing latency window.", labels=_CHANNEL)
-            families += [c_e2e, c_e2e_n]
+        e2e_name = "nsq_channel_e2e_processing_latency_seconds"
+        e2e_samples = "nsq_channel_e2e_processing_latency_samples"
+        c_e2e = SummaryMetricFamily(e2e_name, "Time from publish to FIN (seconds), at the configured "
+                                    "quantiles over the --e2e-processing-latency-window-time window; "
+                                    "NaN while the window is empty.", labels=_CHANNEL)
+        c_e2e_n = GaugeMetricFamily(e2e_samples, "FINs in the e2e processing latency window.", labels=_CHANNEL)
+        e2e_out = c_e2e.samples.append
+        e2e_n_out = c_e2e_n.samples.append
 
         for tname, topic in sorted(nsqd.topics.items()):
-            tl = [tname]
-            backend = topic.backend.depth
-            t_depth.add_metric(tl, len(topic.queue) + backend)  # Topic.depth, backend read once
-            t_backend.add_metric(tl, backend)
-            t_msgs.add_metric(tl, topic.message_count)
-            t_bytes.add_metric(tl, topic.message_bytes)
-            t_paused.add_metric(tl, 1 if topic.paused else 0)
+            tl = {"topic": tname}
+            values: tuple[float, ...] = (
+                topic.depth,
+                topic.backend.depth,
+                topic.message_count,
+                topic.message_bytes,
+                1 if topic.paused else 0,
+            )
+            for (name, samples), value in zip(t_out, values):
+                samples.append(Sample(name, tl, value))
             for cname, ch in sorted(topic.channels.items()):
-                cl = [tname, cname]
-                backend = ch.backend.depth
-                c_depth.add_metric(cl, len(ch.queue) + backend)  # Channel.depth
-                c_backend.add_metric(cl, backend)
-                c_inflight.add_metric(cl, len(ch.in_flight))
-                c_deferred.add_metric(cl, len(ch.deferred))
-                c_msgs.add_metric(cl, ch.message_count)
-                c_requeued.add_metric(cl, ch.requeue_count)
-                c_timed_out.add_metric(cl, ch.timeout_count)
-                c_dead.add_metric(cl, ch.dead_letter_count)
-                c_clients.add_metric(cl, len(ch.clients))
-                c_paused.add_metric(cl, 1 if ch.paused else 0)
+                cl = {"topic": tname, "channel": cname}
+                values = (
+                    ch.depth,
+                    ch.backend.depth,
+                    len(ch.in_flight),
+                    len(ch.deferred),
+                    ch.message_count,
+                    ch.requeue_count,
+                    ch.timeout_count,
+                    ch.dead_letter_count,
+                    len(ch.clients),
+                    1 if ch.paused else 0,
+                )
+                for (name, samples), value in zip(c_out, values):
+                    samples.append(Sample(name, cl, value))
                 if e2e_on and ch.e2e is not None:
                     latency = e2e_latency([ch.e2e], tname, cname, host)
                     count = latency["count"]
-                    c_e2e_n.add_metric(cl, count)
+                    e2e_n_out(Sample(e2e_samples, cl, count))
                     for p in latency["percentiles"] or []:
                         value = p["value"] / 1e9 if count else math.nan
-                        c_e2e.add_sample(e2e_name, {"topic": tname, "channel": cname,
-                                                    "quantile": quantile_label(p["quantile"])}, value)
+                        e2e_out(Sample(e2e_name, {"topic": tname, "channel": cname,
+                                                  "quantile": quantile_label(p["quantile"])}, value))
 
-        yield from families
+        yield from topic_families
+        yield from channel_families
+        if e2e_on:
+            yield c_e2e
+            yield c_e2e_n
         yield GaugeMetricFamily("nsq_clients", "V2 (TCP) client connections open.", value=len(nsqd.clients))
-        yield GaugeMetricFamily("nsq_health", "1 while nsqd is healthy (/ping answers OK), else 0.",
-                                value=1 if nsqd.health == "OK" else 0)
+        yield GaugeMetricFamily("nsq_health", "1 while nsqd is healthy (/stats health OK), else 0 (a disk "
+                                "error: /ping answers 500).", value=1 if nsqd.health == "OK" else 0)
+        yield GaugeMetricFamily("nsq_draining", "1 while nsqd drains before exiting (/ping answers 503 "
+                                "DRAINING), else 0.", value=1 if nsqd.draining else 0)
+
+
+
+# -- the text format, written fast ----------------------------------------------
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+#: OpenMetrics types written under another name in the text format (generate_latest's munging)
+_TEXT_TYPE = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untyped"}
+
+
+class _Unusual(Exception):
+    """Something :func:`text_exposition` leaves to ``generate_latest``."""
+
+
+def text_exposition(registry: Collector) -> bytes:
+    """``prometheus_client.generate_latest(registry)``, byte for byte, faster
+    on large pages (UTF-8 text format,
+    https://prometheus.io/docs/instrumenting/exposition_formats/).
+
+    ``generate_latest`` formats every sample from scratch (sorting, escaping
+    and joining its labels: about 5 us a sample, 0.7 s for 10,000 channels).
+    Here a labels dict shared by several samples (as :class:`NSQDCollector`
+    shares one per topic and per channel) is formatted once, and integer
+    values once per value. Metric or label names outside the legacy charset
+    (``[a-zA-Z_:][a-zA-Z0-9_:]*``), which ``generate_latest`` escapes, make it
+    hand the whole page to ``generate_latest`` instead.
+    """
+    try:
+        return _text(registry)
+    except _Unusual:
+        return generate_latest(registry)
+
+
+def _label_text(labels: dict[str, str]) -> str:
+    parts = []
+    for key, value in sorted(labels.items()):
+        if not _LABEL_NAME.match(key):
+            raise _Unusual(key)
+        value = value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+        parts.append(f'{key}="{value}"')
+    return "{" + ",".join(parts) + "}"
+
+
+def _text(registry: Collector) -> bytes:
+    out: list[str] = []
+    write = out.append
+    # id(labels dict) -> (the dict, kept alive so its id stays its own; its text)
+    label_texts: dict[int, tuple[dict[str, str], str]] = {}
+    int_texts: dict[int, str] = {}
+    names_ok: set[str] = set()
+    for metric in registry.collect():
+        name = metric.name
+        mtype = metric.type
+        if mtype == "counter":
+            name += "_total"
+        elif mtype == "info":
+            name += "_info"
+        mtype = _TEXT_TYPE.get(mtype, mtype)
+        if not _METRIC_NAME.match(name):
+            raise _Unusual(name)
+        doc = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        write(f"# HELP {name} {doc}\n# TYPE {name} {mtype}\n")
+        suffixed = {metric.name + suffix: suffix for suffix in ("_created", "_gsum", "_gcount")}
+        om_lines: dict[str, list[str]] = {}
+        for sample in metric.samples:
+            sname, labels, value, timestamp = sample[0], sample[1], sample[2], sample[3]
+            if sname not in names_ok:
+                if not _METRIC_NAME.match(sname):
+                    raise _Unusual(sname)
+                names_ok.add(sname)
+            if labels:
+                entry = label_texts.get(id(labels))
+                if entry is None or entry[0] is not labels:
+                    entry = label_texts[id(labels)] = (labels, _label_text(labels))
+                label_text = entry[1]
+            else:
+                label_text = ""
+            if type(value) is int:
+                value_text = int_texts.get(value)
+                if value_text is None:
+                    value_text = int_texts[value] = floatToGoString(value)
+            else:
+                value_text = floatToGoString(value)
+            line = f"{sname}{label_text} {value_text}\n" if timestamp is None else \
+                f"{sname}{label_text} {value_text} {int(float(timestamp) * 1000):d}\n"
+            suffix = suffixed.get(sname)
+            if suffix is None:
+                write(line)
+            else:
+                # OpenMetrics-only samples: a gauge of their own after the family
+                om_lines.setdefault(suffix, []).append(line)
+        for suffix, lines in sorted(om_lines.items()):
+            write(f"# HELP {metric.name}{suffix} {doc}\n# TYPE {metric.name}{suffix} gauge\n")
+            out.extend(lines)
+    return "".join(out).encode("utf-8")
+
+
+def scrape(registry: Collector) -> bytes:
+    """:func:`text_exposition` with the cyclic garbage collector paused.
+
+    A page allocates a tuple per sample (``Sample``) and frees it all by
+    reference counting before returning (no cycles); with the collector on,
+    10,000 channels' 150,000 tuples trigger hundreds of young collections
+    and a full one over the daemon's heap (about 130 ms, which would also
+    show in ``/stats`` ``gc_pause_usec``). Paused, a 10,000-channel page
+    takes about half the time. The collector is switched back on only if it
+    was on.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return text_exposition(registry)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def make_registry(nsqd: NSQD) -> CollectorRegistry:
@@ -217,7 +361,7 @@ def render(nsqd: NSQD) -> tuple[bytes, str]:
 
     Call on the daemon's event loop thread.
     """
-    return generate_latest(registry_for(nsqd)), CONTENT_TYPE_LATEST
+    return scrape(registry_for(nsqd)), CONTENT_TYPE_LATEST
 
 
 def metrics_handler(nsqd: NSQD) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -230,7 +374,7 @@ def metrics_handler(nsqd: NSQD) -> Callable[[web.Request], Awaitable[web.Respons
     registry = registry_for(nsqd)
 
     async def handler(request: web.Request) -> web.Response:
-        response = web.Response(body=generate_latest(registry),
+        response = web.Response(body=scrape(registry),
                                 headers={**NSQ_HEADERS, "Content-Type": CONTENT_TYPE_LATEST})
         response.enable_compression()
         return response
