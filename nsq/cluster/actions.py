@@ -16,6 +16,8 @@ delete_channel       lookupds ``POST /channel/delete``, then each producer
                      that has the topic
 tombstone_topic_     lookupds ``POST /topic/tombstone?topic=&node=``, then
 producer             ``POST /topic/delete`` on that nsqd (as nsqadmin)
+drain_node           ``POST /drain`` on one nsqd (beyond nsqadmin: this
+                     project's nsqd drains, then exits; Go nsqd answers 404)
 ==================== ========================================================
 
 A 404 from a delete (already gone: this project's lookupd carries deletes
@@ -27,8 +29,9 @@ The notification, POSTed as JSON to ``--notification-http-endpoint``, has
 Go's ``AdminAction`` fields: ``action``, ``topic``, ``channel`` and ``node``
 (left out when empty), ``timestamp`` (Unix seconds), ``user`` (left out
 when empty), ``remote_ip``, ``user_agent``, ``url``, ``via`` (this host's
-name). Where nsqadmin puts the browser's request, :class:`Actor` gives the
-acting user (``NSQ_ADMIN_USER``, default the login name), where they are
+name); ``drain_node`` has ``node`` and an empty ``topic``. Where nsqadmin
+puts the browser's request, :class:`Actor` gives the acting user
+(``NSQ_ADMIN_USER``, default the login name), where they are
 (``NSQ_ADMIN_REMOTE_IP``, else the SSH client, else 127.0.0.1), their agent
 (``NSQ_ADMIN_USER_AGENT``) and nsqadmin's API URL for the same action under
 ``NSQ_ADMIN_URL`` (default ``nsq-admin://<hostname>``).
@@ -98,6 +101,7 @@ class ActionResult:
         done: upstream calls that succeeded.
         errors: one text per failed call (or a refusal such as an invalid name).
         notified: the notification endpoint accepted the notification.
+        outcome: what :meth:`summary` says when nothing failed.
     """
 
     action: str
@@ -107,6 +111,7 @@ class ActionResult:
     done: int = 0
     errors: list[str] = field(default_factory=list)
     notified: bool = False
+    outcome: str = "done"
 
     @property
     def ok(self) -> bool:
@@ -115,18 +120,18 @@ class ActionResult:
 
     @property
     def subject(self) -> str:
-        """``topic``, ``topic/channel`` or ``topic@node``."""
+        """``topic``, ``topic/channel``, ``topic@node`` or ``node``."""
         if self.channel:
             return f"{self.topic}/{self.channel}"
         if self.node:
-            return f"{self.topic}@{self.node}"
+            return f"{self.topic}@{self.node}" if self.topic else self.node
         return self.topic
 
     def summary(self) -> str:
         """One line for the user."""
         what = self.action.replace("_", " ")
         if self.ok:
-            return f"{what} {self.subject}: done"
+            return f"{what} {self.subject}: {self.outcome}"
         return f"{what} {self.subject}: " + "; ".join(self.errors)
 
 
@@ -352,4 +357,28 @@ class Admin:
         await self._run(result, [self.cluster.lookupd.post(a, "/topic/tombstone", topic=topic, node=node)
                                  for a in self.cluster.lookupd_addresses])
         await self._run(result, self._nsqd_posts([node], "/topic/delete", True, topic=topic))
+        return await self._finish(result)
+
+    async def drain_node(self, node: str, address: str = "") -> ActionResult:
+        """Drain the nsqd ``node`` (``broadcast_address:http_port``): ``POST
+        /drain`` makes it stop taking publishes and new deliveries, wait for
+        the messages in flight (its ``--drain-timeout``), then exit. Go nsqd
+        has no such endpoint: its 404 is reported as such.
+
+        Args:
+            node: names the nsqd in the result and the notification.
+            address: where its HTTP API answers (``--nsqd-http-address``
+                as given, ``https://`` ...); default ``node``.
+        """
+        result = ActionResult("drain_node", "", node=node,
+                              outcome="draining (it exits once messages in flight are done)")
+        try:
+            await self.cluster.nsqd.post(address or node, "/drain")
+        except HTTPAPIError as exc:
+            if exc.status == 404:
+                result.errors.append("this nsqd has no drain (Go nsqd)")
+            else:
+                result.errors.append(str(exc))
+        else:
+            result.done += 1
         return await self._finish(result)

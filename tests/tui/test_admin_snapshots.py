@@ -180,4 +180,4 @@ def test_confirm_delete(snap_compare):
 
 
 def test_help_screen(snap_compare):
-    assert snap_compare(app(), press=["question_mark"], terminal_size=(80, 40))
+    assert snap_compare(app(), press=["question_mark"], terminal_size=(80, 42))

@@ -41,6 +41,9 @@ KEYS: list[tuple[str, list[tuple[str, str, bool]]]] = [
         ("p / e / d", "pause or unpause / empty / delete the channel", True),
         ("m", "peek at the next 20 messages on each nsqd (changes nothing)", False),
     ]),
+    ("Nodes", [
+        ("D", "drain the selected nsqd (then it exits)", True),
+    ]),
     ("Peek", [
         ("r", "peek again", False),
     ]),
@@ -50,4 +53,4 @@ KEYS: list[tuple[str, list[tuple[str, str, bool]]]] = [
 WIDE_FROM = {"topics": 100, "topic-nodes": 110, "channels": 146, "channel-nodes": 156, "clients": 160}
 
 #: every action that changes the cluster (none of them in read-only mode)
-ADMIN_ACTIONS = frozenset({"create", "pause", "empty", "delete", "tombstone"})
+ADMIN_ACTIONS = frozenset({"create", "pause", "empty", "delete", "tombstone", "drain"})

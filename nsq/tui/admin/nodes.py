@@ -1,6 +1,7 @@
 """The Nodes screen: the nsqds (version, ports, lookupd connections,
 topics and tombstones) and the lookupds (nsqadmin's
-``nsqadmin/static/html/nodes.hbs`` and ``lookup.hbs``)."""
+``nsqadmin/static/html/nodes.hbs`` and ``lookup.hbs``); ``D`` drains the
+selected nsqd (``POST /drain``, beyond nsqadmin)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,11 @@ class NodesScreen(AdminScreen):
     """The nsqds and the lookupds."""
 
     AUTO_FOCUS = "#nodes"
-    BINDINGS: ClassVar = [Binding("1", "app.mode('topics')", "Topics")]
+    BINDINGS: ClassVar = [
+        Binding("D", "drain", "Drain"),
+        Binding("1", "app.mode('topics')", "Topics"),
+    ]
+
     def compose_body(self) -> ComposeResult:
         yield Static("", id="title")
         yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
@@ -30,12 +35,16 @@ class NodesScreen(AdminScreen):
         yield DataTable(id="lookupds", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
+        self._columns()
+        super().on_mount()
+
+    def _columns(self) -> None:
         set_columns(self.query_one("#nodes", DataTable),
                      ["Hostname", "Broadcast Address", "TCP", "HTTP", "Version", "Lookupds", "Topics"])
         set_columns(self.query_one("#lookupds", DataTable), ["Address", "Version", "Status"])
-        super().on_mount()
 
     def show_body(self, snapshot: ClusterSnapshot) -> None:
+        self._columns()  # a poll may answer before on_mount
         self.query_one("#title", Static).update(Text(f"NSQd Nodes ({len(snapshot.nodes)})", style="bold"))
         n_lookupds = len(snapshot.lookupds)
         rows = []
@@ -67,3 +76,21 @@ class NodesScreen(AdminScreen):
                     "bold yellow" if n_lookupds and len(node.remote_addresses) != n_lookupds else "")
         return [Text(node.hostname, style=style or "bold"), node.broadcast_address, num(node.tcp_port or "-"),
                 num(node.http_port or "-"), version, conns, topics]
+
+    def selected(self) -> NodeInfo | None:
+        """The nsqd under the cursor."""
+        table = self.query_one("#nodes", DataTable)
+        snapshot = self.admin_app.snapshot
+        if snapshot is None or not table.row_count:
+            return None
+        key = str(table.ordered_rows[table.cursor_row].key.value)
+        return next((n for n in snapshot.nodes if n.api_address == key), None)
+
+    def action_drain(self) -> None:
+        node = self.selected()
+        if node is None:
+            return
+        name, address = node.http_address, node.api_address
+        where = f"{node.hostname} ({name})" if node.hostname else name
+        self.confirm(f"Drain nsqd {where}? The nsqd stops taking publishes and new deliveries, waits for "
+                     "messages in flight, then exits.", "Drain", lambda a: a.drain_node(name, address))
