@@ -35,16 +35,17 @@ All are unlabelled gauges. Cost: one pass over the registrations per scrape
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, GCCollector, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from nsq.server.httpapi import NSQ_HEADERS
+from nsq.server.promregistry import new_registry
+from nsq.server.promregistry import registry_for as _registry_for
 
 if TYPE_CHECKING:
     from nsq.server.lookupd.lookupd import NSQLookupd
@@ -97,25 +98,14 @@ class LookupdCollector(Collector):
 
 
 def make_registry(lookupd: NSQLookupd) -> CollectorRegistry:
-    """A new registry with :class:`LookupdCollector` for ``lookupd`` and the
-    library's process, platform and GC collectors (not the global registry)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(LookupdCollector(lookupd))
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
-    return registry
-
-
-_REGISTRIES: weakref.WeakKeyDictionary[NSQLookupd, CollectorRegistry] = weakref.WeakKeyDictionary()
+    """A new registry with :class:`LookupdCollector` for ``lookupd`` and the library's
+    process, platform and GC collectors (:mod:`nsq.server.promregistry`)."""
+    return new_registry(LookupdCollector(lookupd))
 
 
 def registry_for(lookupd: NSQLookupd) -> CollectorRegistry:
     """``lookupd``'s registry, made on first use and kept while it lives."""
-    registry = _REGISTRIES.get(lookupd)
-    if registry is None:
-        registry = _REGISTRIES[lookupd] = make_registry(lookupd)
-    return registry
+    return _registry_for(lookupd, make_registry)
 
 
 def render(lookupd: NSQLookupd) -> tuple[bytes, str]:

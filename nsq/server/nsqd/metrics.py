@@ -67,16 +67,12 @@ from __future__ import annotations
 import gc
 import math
 import re
-import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
-    GCCollector,
-    PlatformCollector,
-    ProcessCollector,
     generate_latest,
 )
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
@@ -85,6 +81,8 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from nsq.server.httpapi import NSQ_HEADERS
+from nsq.server.promregistry import new_registry
+from nsq.server.promregistry import registry_for as _registry_for
 from nsq.server.nsqd.stats import e2e_latency
 
 if TYPE_CHECKING:
@@ -334,25 +332,14 @@ def scrape(registry: Collector) -> bytes:
 
 
 def make_registry(nsqd: NSQD) -> CollectorRegistry:
-    """A new registry with :class:`NSQDCollector` for ``nsqd`` and the
-    library's process, platform and GC collectors (not the global registry)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(NSQDCollector(nsqd))
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
-    return registry
-
-
-_REGISTRIES: weakref.WeakKeyDictionary[NSQD, CollectorRegistry] = weakref.WeakKeyDictionary()
+    """A new registry with :class:`NSQDCollector` for ``nsqd`` and the library's
+    process, platform and GC collectors (:mod:`nsq.server.promregistry`)."""
+    return new_registry(NSQDCollector(nsqd))
 
 
 def registry_for(nsqd: NSQD) -> CollectorRegistry:
-    """``nsqd``'s registry, made on first use and kept while ``nsqd`` lives."""
-    registry = _REGISTRIES.get(nsqd)
-    if registry is None:
-        registry = _REGISTRIES[nsqd] = make_registry(nsqd)
-    return registry
+    """``nsqd``'s registry, made on first use and kept while it lives."""
+    return _registry_for(nsqd, make_registry)
 
 
 def render(nsqd: NSQD) -> tuple[bytes, str]:
