@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -235,3 +236,53 @@ async def wait_for(predicate, timeout: float = 1.0, interval: float = 0.02):
 
 
 __all__ = ["Conn", "HTTP", "Closed", "error_json", "wait_for", "c", "NSQ_HEADER"]
+
+
+class AuthServer:
+    """A local auth server (https://nsq.io/components/nsqd.html#auth):
+    secret -> answer; records every query (a dict of its parameters).
+
+    Attributes:
+        answers: secret -> the JSON answer; an unknown secret gets 403.
+        status: answer every query with this status instead (e.g. 500).
+        delay: seconds to wait before answering.
+        address: ``host:port`` once served (:func:`serve_auth`).
+    """
+
+    def __init__(self, answers: dict[str, dict] | None = None) -> None:
+        self.answers: dict[str, dict] = dict(answers or {})
+        self.queries: list[dict] = []
+        self.status = 200
+        self.delay = 0.0
+        self.address = ""
+
+    async def handle(self, request):
+        from aiohttp import web
+
+        self.queries.append(dict(request.query))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.status != 200:
+            return web.Response(status=self.status, text="nope")
+        answer = self.answers.get(request.query.get("secret", ""))
+        if answer is None:
+            return web.json_response({"message": "unknown secret"}, status=403)
+        return web.json_response(answer)
+
+
+@contextlib.asynccontextmanager
+async def serve_auth(server: AuthServer):
+    """Serve ``server`` on a free loopback port (sets its ``address``)."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_get("/auth", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server.address = f"127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    try:
+        yield server
+    finally:
+        await runner.cleanup()

@@ -10,7 +10,8 @@ import struct
 
 import aiohttp
 import pytest
-from aiohttp import web
+
+from .helpers import AuthServer, serve_auth
 
 from nsq.client import ConnectionClosedError, Consumer, ErrorResponse, Producer
 from nsq.client.tls import client_context
@@ -160,36 +161,10 @@ async def test_tls_config_errors(make_nsqd, pki):
 
 # -- AUTH ------------------------------------------------------------------------
 
-class AuthServer:
-    """A local auth server: secret -> answer; records every query."""
-
-    def __init__(self) -> None:
-        self.answers: dict[str, dict] = {}
-        self.queries: list[dict] = []
-        self.status = 200
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.queries.append(dict(request.query))
-        if self.status != 200:
-            return web.Response(status=self.status, text="nope")
-        answer = self.answers.get(request.query.get("secret", ""))
-        if answer is None:
-            return web.json_response({"message": "unknown secret"}, status=403)
-        return web.json_response(answer)
-
-
 @pytest.fixture
 async def authd():
-    server = AuthServer()
-    app = web.Application()
-    app.router.add_get("/auth", server.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server.address = f"127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-    yield server
-    await runner.cleanup()
+    async with serve_auth(AuthServer()) as server:
+        yield server
 
 
 async def test_auth_allows_denies_and_requeries(make_nsqd, authd):

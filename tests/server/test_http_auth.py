@@ -18,6 +18,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+
+from .helpers import AuthServer, serve_auth
 from aiohttp import web
 from click.testing import CliRunner
 
@@ -52,40 +54,10 @@ SHORT = {"ttl": 1, "identity": "short", "authorizations": [
     {"permissions": ["publish"], "topic": ".*", "channels": [".*"]}]}
 
 
-class AuthServer:
-    """secret -> answer; records every query (a dict of its parameters)."""
-
-    def __init__(self) -> None:
-        self.answers: dict[str, dict] = {"alice": ALICE, "reader": READER, "nobody": NOBODY, "short": SHORT}
-        self.queries: list[dict] = []
-        self.status = 200
-        self.delay = 0.0
-        self.address = ""
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.queries.append(dict(request.query))
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        if self.status != 200:
-            return web.Response(status=self.status, text="nope")
-        answer = self.answers.get(request.query.get("secret", ""))
-        if answer is None:
-            return web.json_response({"message": "unknown secret"}, status=403)
-        return web.json_response(answer)
-
-
 @pytest.fixture
 async def authd():
-    server = AuthServer()
-    app = web.Application()
-    app.router.add_get("/auth", server.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server.address = f"127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-    yield server
-    await runner.cleanup()
+    async with serve_auth(AuthServer({"alice": ALICE, "reader": READER, "nobody": NOBODY, "short": SHORT})) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
