@@ -6,8 +6,8 @@ a header every 25 reports, then per interval the ingress and egress rates
 (messages/s) and the channel's depth (total, memory, disk), in-flight,
 deferred, requeued, timed out, messages and clients, summed over every nsqd
 that has the topic. The first poll only sets the base for the rates, so
-``count`` N prints N-1 rows, as Go's does; any error ends the report (Go's
-``log.Fatalf``).
+``count`` N makes N+1 polls and prints N rows, as Go's does (its loop runs
+``i`` from 0 to N); any error ends the report (Go's ``log.Fatalf``).
 
 The polling and the line format are :mod:`nsq.cluster.stat`'s, shared with
 the live TUI (:mod:`nsq.tui.stat`).
@@ -34,7 +34,7 @@ async def run_plain(poller: StatPoller, out: IO[str], *, count: int | None = Non
     Args:
         poller: what to poll (closed before returning).
         out: a text stream; a closed pipe ends the report quietly.
-        count: polls to make (None: until ``stop``).
+        count: rows to print (N+1 polls; None: until ``stop``).
         stop: set to end the report early (SIGINT, SIGTERM).
 
     Returns:
@@ -48,7 +48,7 @@ async def run_plain(poller: StatPoller, out: IO[str], *, count: int | None = Non
     stop = stop or asyncio.Event()
     try:
         i = 0
-        while count is None or i < count:
+        while count is None or i <= count:
             report = await poller.poll()
             error = report.first_error
             if error:
@@ -59,7 +59,7 @@ async def run_plain(poller: StatPoller, out: IO[str], *, count: int | None = Non
             except BrokenPipeError:
                 return 0
             i += 1
-            if count is not None and i >= count:
+            if count is not None and i > count:
                 return 0
             try:
                 await asyncio.wait_for(stop.wait(), poller.interval)

@@ -6,8 +6,9 @@ As Go's nsq_stat (nsqio/nsq ``apps/nsq_stat/nsq_stat.go``, ``statLoop``;
 https://nsq.io/components/utilities.html#nsq_stat): each poll finds the
 topic's producers (``/lookup`` on every lookupd, or the nsqds given), reads
 their ``/stats`` for the channel and sums the counters of :data:`FIELDS`;
-the ingress and egress rates (messages/s) come from two successive polls
-over the nominal interval. :class:`PlainWriter` prints nsq_stat's lines.
+the ingress and egress rates (messages/s) come from two successive polls,
+divided by the time measured between them (not the nominal interval: a
+slow answer or a paused loop would skew the rates). :class:`PlainWriter` prints nsq_stat's lines.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class StatReport:
         totals: the channel's :data:`FIELDS` summed over the nsqds that have
             it; None when no nsqd has it (see ``error``).
         ingress, egress: cluster-wide messages/s since the previous good
-            poll (nsq_stat's formula over the nominal interval); None on
+            poll (nsq_stat's formula over the measured time); None on
             the first good poll.
         nodes: per nsqd, sorted by address.
         error: a poll-wide failure (every lookupd failed, the channel is on
@@ -89,7 +90,9 @@ class StatReport:
 
 
 def _rates(previous: dict[str, int], current: dict[str, int], interval: float) -> tuple[int, int]:
-    """(ingress, egress) in messages/s as Go nsq_stat computes them (truncated)."""
+    """(ingress, egress) in messages/s as Go nsq_stat computes them (truncated),
+    over ``interval`` seconds (the measured time between the two samples)."""
+    interval = max(interval, 1e-6)
     messages = current["message_count"] - previous["message_count"]
     ingress = int(messages / interval)
     egress = int((messages - (current["depth"] - previous["depth"])) / interval)
@@ -104,7 +107,8 @@ class StatPoller:
         lookupd: lookupd HTTP addresses to find the topic's producers
             (each poll, :func:`~nsq.client.lookupd.topic_producers`), or
         nsqd: nsqd HTTP addresses to ask directly (one of the two).
-        interval: seconds between polls; the rates divide by it (Go).
+        interval: seconds between polls (the rates divide by the time
+            measured between two samples).
         connect_timeout, request_timeout: seconds, per HTTP request.
         auth_secret: sent to the nsqds as ``Authorization: Bearer <secret>``
             (nsqd's ``--http-auth-required``); "" sends none.
@@ -128,7 +132,8 @@ class StatPoller:
         self._lookupd_client: LookupdHTTPClient | None = None
         self._number = 0
         self._previous: dict[str, int] | None = None
-        self._previous_nodes: dict[str, dict[str, int]] = {}
+        self._previous_at = 0.0
+        self._previous_nodes: dict[str, tuple[float, dict[str, int]]] = {}
 
     @property
     def source(self) -> str:
@@ -189,26 +194,33 @@ class StatPoller:
         if report.error:
             return report
         report.nodes = list(await asyncio.gather(*(self._fetch(client, a) for a in addrs)))
+        now = time.monotonic()
         totals = None
-        previous_nodes: dict[str, dict[str, int]] = {}
+        previous_nodes: dict[str, tuple[float, dict[str, int]]] = {}
         for node in report.nodes:
             if node.counters is None:
                 continue
             before = self._previous_nodes.get(node.address)
             if before is not None:
-                node.ingress, node.egress = _rates(before, node.counters, self.interval)
-            previous_nodes[node.address] = node.counters
+                node.ingress, node.egress = _rates(before[1], node.counters, now - before[0])
+            previous_nodes[node.address] = (now, node.counters)
             totals = totals or dict.fromkeys(FIELDS, 0)
             for key in FIELDS:
                 totals[key] += node.counters[key]
         self._previous_nodes = previous_nodes
         if totals is None:
-            report.error = f"failed to find channel({self.channel}) in stats metadata for topic({self.topic})"
+            failed = [node for node in report.nodes if node.error and not node.missing]
+            if failed:  # an unreachable nsqd: say so, not "no channel"
+                report.error = f"failed to get nsqd stats - {failed[0].error}"
+            else:
+                report.error = (f"failed to find channel({self.channel}) in stats metadata"
+                                f" for topic({self.topic})")
             return report
         report.totals = totals
         if self._previous is not None:
-            report.ingress, report.egress = _rates(self._previous, totals, self.interval)
+            report.ingress, report.egress = _rates(self._previous, totals, now - self._previous_at)
         self._previous = totals
+        self._previous_at = now
         return report
 
 
@@ -218,8 +230,9 @@ class PlainWriter:
     Args:
         out: a text stream.
 
-    :meth:`write` prints the two-line header before the 1st, 26th, ...
-    report and a row for every report that has rates (not the first).
+    :meth:`write` prints a row for every report that has rates (not the
+    first, which only sets their base) and the two-line header before the
+    1st, 26th, ... row, as Go's ``i%25 == 1``.
     """
 
     HEADER = ("------rate------+----------------depth----------------+"
@@ -244,8 +257,9 @@ class PlainWriter:
 
     def write(self, report: StatReport) -> None:
         """Write the header when due and the report's row (if it has rates)."""
+        if report.ingress is None:
+            return
         if self._i % 25 == 0:
             self.out.write(self.HEADER)
-        if report.ingress is not None:
-            self.out.write(self.row(report))
+        self.out.write(self.row(report))
         self._i += 1

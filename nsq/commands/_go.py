@@ -9,6 +9,7 @@ before click parses, so scripts written for the Go tools keep working.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from typing import Any
 
@@ -102,6 +103,11 @@ def _param_name(flag: str) -> str:
     return "opt_" + flag.replace("-", "_")
 
 
+#: a help text that already names its default ("(default 0, i.e., unlimited)",
+#: "(defaults to the OS hostname)", "default none"): no second "(default ...)"
+_SAYS_DEFAULT = re.compile(r"\(defaults?\b|\bdefaults? (to|is|none)\b|\bdefault:")
+
+
 def spec_options(specs, defaults: Any, shown: dict[str, str] | None = None):
     """A decorator adding one click option per :class:`~nsq.server.options.OptionSpec`.
 
@@ -125,6 +131,8 @@ def spec_options(specs, defaults: Any, shown: dict[str, str] | None = None):
                 text = ""
             else:
                 text = fmt_default(getattr(defaults, spec.cfg))
+            if _SAYS_DEFAULT.search(spec.help):
+                text = ""  # the help text already says it (Go's own wording)
             help_text = spec.help + (f" (default {text})" if text else "")
             if spec.kind == "bool":
                 opt = click.option(*names, type=GoBool(), is_flag=False, flag_value="true", default=None,

@@ -21,11 +21,18 @@ def build_options(config: str | None, flags: dict[str, Any]) -> NSQDOptions:
     """Defaults, then the config file, then explicit flags (Go's precedence).
 
     Raises:
-        ConfigError: a bad config file or value.
+        ConfigError: a bad config file or value, a ``--data-path`` that is
+            not an existing directory.
     """
     opts = collect_options(NSQDOptions(), OPTION_SPECS, load_config, config, flags)
     if not opts.data_path:
         opts.data_path = os.getcwd()  # Go nsqd's default
+    elif not os.path.isdir(opts.data_path):
+        # Go nsqd opens the directory to lock it and refuses to start
+        # (nsqd.New: "failed to lock data-path"); it never creates it
+        reason = "not a directory" if os.path.exists(opts.data_path) else "no such file or directory"
+        raise ConfigError(f"failed to instantiate nsqd - failed to lock data-path: "
+                          f"open {opts.data_path}: {reason}")
     if not 0 <= opts.node_id < 1024:
         raise ConfigError(f"--node-id must be in [0,1024), got {opts.node_id}")
     validate(opts)

@@ -97,11 +97,13 @@ def load_config(path: str, specs: dict[str, OptionSpec], aliases: dict[str, str]
 
     Keys are the flag names in snake case (``mem_queue_size``), looked up in
     ``specs`` (by config key) after ``aliases``. Durations may be Go strings
-    (``"60s"``) or integers in milliseconds. Unknown keys are ignored, as
-    Go does (one file may serve nsqd, lookupd and nsqadmin).
+    (``"60s"``) or integers in milliseconds. The flag's own name in snake
+    case is accepted too (``e2e_processing_latency_percentile`` for Go's
+    ``e2e_processing_latency_percentiles``). A key that names no option is
+    an error naming the key, so that a misspelt key is not silently ignored.
 
     Raises:
-        ConfigError: unreadable file, bad TOML or a bad value.
+        ConfigError: unreadable file, bad TOML, an unknown key or a bad value.
     """
     try:
         with open(path, "rb") as fh:
@@ -110,12 +112,15 @@ def load_config(path: str, specs: dict[str, OptionSpec], aliases: dict[str, str]
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML in config file {path}: {exc}") from None
+    by_flag = {spec.flag.replace("-", "_"): cfg for cfg, spec in specs.items()}
     out: dict[str, Any] = {}
     for key, value in raw.items():
         name = (aliases or {}).get(key, key)
+        if name not in specs:
+            name = by_flag.get(name, name)
         spec = specs.get(name)
         if spec is None:
-            continue  # Go ignores unknown keys (nsqadmin/lookupd keys in a shared file)
+            raise ConfigError(f"failed to load config file {path} - unknown key \"{key}\"")
         out[name] = coerce(spec, value)
     return out
 

@@ -91,12 +91,14 @@ class StatApp(App[int]):
     Args:
         poller: a :class:`~nsq.cluster.stat.StatPoller` (or an object with
             the same ``poll``/``close`` coroutines and attributes).
-        count: end after this many reports (polls); None runs until ``q``.
+        count: end once this many reports with rates were shown, as
+            ``nsq stat --count`` prints that many rows: ``count`` + 1 polls
+            (the first only sets the base of the rates); None runs until ``q``.
 
     Attributes:
         reports: every report shown, oldest first (the last
             :data:`HISTORY_ROWS`).
-        ended_by_count: True once ``count`` reports were shown and the app
+        ended_by_count: True once ``count`` + 1 polls were shown and the app
             exited by itself.
     """
 
@@ -163,7 +165,7 @@ class StatApp(App[int]):
                     number = (self._last.number + 1) if self._last else 1
                     report = StatReport(number, time.time(), error=f"{type(exc).__name__}: {exc}")
                 self.show(report)
-                if self.count is not None and report.number >= self.count:
+                if self.count is not None and report.number > self.count:
                     self.ended_by_count = True
                     self.exit(0)
                     return
@@ -194,7 +196,7 @@ class StatApp(App[int]):
         if self.paused:
             text.append("  PAUSED", "bold yellow")
         if self._last is not None:
-            of = f"/{self.count}" if self.count else ""
+            of = f"/{self.count + 1}" if self.count else ""
             text.append(f"  report {self._last.number}{of} "
                         + time.strftime("%H:%M:%S", time.localtime(self._last.time)))
         text.append(f"  every {p.interval:g}s  {p.source}")

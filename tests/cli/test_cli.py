@@ -162,8 +162,9 @@ def test_stat_prints_go_columns(nsqd_proc):
     assert lines[0].startswith("------rate------+") and "depth" in lines[0] and "metadata" in lines[0]
     assert lines[1].split() == ["ingress", "egress", "|", "total", "mem", "disk", "inflt", "def", "|",
                                 "req", "t-o", "msgs", "clients"]
-    assert len(lines) == 3, lines
+    assert len(lines) == 4, lines  # --count=2: two rows, as Go's nsq_stat
     assert lines[2].split() == ["0", "0", "|", "3", "3", "0", "0", "0", "|", "0", "0", "3", "0"]
+    assert lines[3] == lines[2]
 
     r = run_nsq("stat", "--topic=st", "--channel=nope", f"--nsqd-http-address={nsqd_proc.http}", "--count=1")
     assert r.returncode != 0 and b"failed to find channel(nope)" in r.stderr and b"Traceback" not in r.stderr

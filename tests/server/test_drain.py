@@ -148,6 +148,8 @@ def test_second_sigterm_ends_the_wait_and_post_drain_exits(tmp_path):
     from tests.reliability.daemons import NSQDDaemon
     from tests.reliability.v2sock import V2Socket
 
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()  # nsqd refuses a data path that does not exist, as Go
     d = NSQDDaemon(f"--data-path={tmp_path / 'a'}", "--drain-timeout=60s")
     try:
         V2Socket(d.tcp_port).pub("t", b"x")

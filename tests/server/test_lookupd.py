@@ -671,7 +671,7 @@ async def test_debug_shape(connect, lk):
 def test_build_options_config_file_and_flags(tmp_path):
     cfg = tmp_path / "nsqlookupd.toml"
     cfg.write_text('tombstone_lifetime = "10s"\ninactive_producer_timeout = 60000\n'
-                   'tcp_address = "127.0.0.1:5160"\nmem_queue_size = 3\n')
+                   'tcp_address = "127.0.0.1:5160"\n')
     opts = build_options(str(cfg), {})
     assert opts.tombstone_lifetime == 10.0
     assert opts.inactive_producer_timeout == 60.0  # a TOML number is milliseconds, as in Go

@@ -84,8 +84,10 @@ async def test_count_ends_the_app(make_nsqd):
     async with app.run_test() as pilot:
         await wait_until(pilot, lambda: app.ended_by_count)
     assert app.return_code == 0
-    assert [r.number for r in app.reports] == [1, 2, 3]
-    assert "report 3/3" in str(app.title_text())
+    # --count=3 is 3 reports with rates, as the plain output: 4 polls
+    assert [r.number for r in app.reports] == [1, 2, 3, 4]
+    assert [r.ingress is not None for r in app.reports] == [False, True, True, True]
+    assert "report 4/4" in str(app.title_text())
 
 
 async def test_unreachable_nsqd_shows_an_error_and_polling_goes_on(make_nsqd):
@@ -128,7 +130,7 @@ def test_piped_and_plain_output_are_go_nsq_stat_lines(nsqd_proc):
     expected = ("------rate------+----------------depth----------------+--------------metadata---------------\n"
                 "ingress  egress |   total     mem    disk inflt   def |     req     t-o         msgs clients\n"
                 "      0       0 |       4       4       0     0     0 |       0       0            4       0\n")
-    args = ["stat", "--topic=st", "--channel=c", f"--nsqd-http-address={nsqd_proc.http}", "--count=2",
+    args = ["stat", "--topic=st", "--channel=c", f"--nsqd-http-address={nsqd_proc.http}", "--count=1",
             "--interval=100ms"]
     piped = run_nsq(*args)
     assert piped.returncode == 0, piped.stderr
@@ -196,7 +198,7 @@ def fixed_reports() -> list[StatReport]:
 def test_snapshot(snap_compare, monkeypatch):
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
-    app = StatApp(IdlePoller(), count=20)
+    app = StatApp(IdlePoller(), count=19)  # the title says "report 12/20"
 
     async def show(pilot) -> None:
         for report in fixed_reports():

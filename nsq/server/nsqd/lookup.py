@@ -157,7 +157,10 @@ class LookupPeer:
         if not isinstance(info, dict):
             raise LookupError_(f"parsing IDENTIFY response - {answer[:200]!r}")
         self.info = info
-        log.info("LOOKUPD(%s): peer info %s", self.address, info)
+        # Go's %+v of its peerInfo struct, not a Python dict
+        log.info("LOOKUPD(%s): peer info {TCPPort:%s HTTPPort:%s Version:%s BroadcastAddress:%s}", self.address,
+                 info.get("tcp_port", 0), info.get("http_port", 0), info.get("version", ""),
+                 info.get("broadcast_address", ""))
         if not info.get("broadcast_address"):
             log.error("LOOKUPD(%s): no broadcast address", self.address)
         # everything this nsqd has, now; later changes arrive through send()
