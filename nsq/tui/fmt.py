@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-__all__ = ["count", "duration", "interval", "latency", "mem_disk", "quantile_label", "rate"]
+__all__ = ["count", "duration", "interval", "latency", "mem_disk", "plural", "quantile_label", "rate"]
 
 
 def count(n: int) -> str:
     """``5250`` -> ``"5,250"`` (nsqadmin's thousands separators)."""
     return f"{n:,}"
+
+
+def plural(n: int, word: str) -> str:
+    """``(1, "channel")`` -> ``"1 channel"``, ``(5250, "message")`` -> ``"5,250 messages"``."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 def mem_disk(memory: int, disk: int, compact: bool = False) -> str:

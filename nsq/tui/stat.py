@@ -27,9 +27,10 @@ from typing import IO, Any
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Footer, Sparkline, Static
+from textual.widgets import DataTable, Footer, Static
 
 from nsq.cluster.stat import PlainWriter, StatReport
+from nsq.tui.widgets import Spark
 
 __all__ = ["COLUMNS", "StatApp", "run_stat_app"]
 
@@ -59,11 +60,12 @@ def _cells(counters: dict[str, int] | None, ingress: int | None, egress: int | N
 
 
 class SparkBox(Vertical):
-    """A labelled sparkline of the last :data:`SPARK_POINTS` values."""
+    """A labelled sparkline of the last :data:`SPARK_POINTS` values, scaled
+    from zero (:class:`~nsq.tui.widgets.Spark`), its maximum in the title."""
 
     DEFAULT_CSS = """
     SparkBox { border: round $primary; height: 4; width: 1fr; padding: 0 1; }
-    SparkBox Sparkline { height: 2; }
+    SparkBox Spark { height: 2; }
     """
 
     def __init__(self, label: str, unit: str = "", **kwargs: Any) -> None:
@@ -74,15 +76,15 @@ class SparkBox(Vertical):
         self.border_title = label
 
     def compose(self) -> ComposeResult:
-        yield Sparkline([], summary_function=max)
+        yield Spark([], summary_function=max)
 
     def push(self, value: int | None) -> None:
         """Add a point (None: no figure this time, the line is not moved)."""
         if value is None:
             return
         self.values.append(float(value))
-        self.query_one(Sparkline).data = list(self.values)
-        self.border_title = f"{self.label} {value}{self.unit}"
+        self.query_one(Spark).data = list(self.values)
+        self.border_title = f"{self.label} {value}{self.unit} (max {max(self.values):g})"
 
 
 class StatApp(App[int]):

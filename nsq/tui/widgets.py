@@ -1,23 +1,26 @@
 """Textual pieces shared by the TUIs: the confirmation, create and help
-modals, a labelled sparkline, and :func:`fill_table` (refresh a DataTable
+modals, a sparkline scaled from zero (alone and labelled), and :func:`fill_table` (refresh a DataTable
 in place, keeping the cursor on the same row)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.reactive import reactive
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, DataTable, Input, Label, Sparkline, Static
+from textual.widget import Widget
+from textual.widgets import Button, DataTable, Input, Label, Static
 
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
 
-__all__ = ["ConfirmScreen", "CreateScreen", "HelpScreen", "SparkRow", "fill_table", "num", "set_columns"]
+__all__ = ["ConfirmScreen", "CreateScreen", "HelpScreen", "Spark", "SparkRow", "fill_table", "num", "peak", "set_columns",
+           "spark_lines"]
 
 
 def num(value: str | int, style: str = "") -> Text:
@@ -60,20 +63,90 @@ def fill_table(table: DataTable, rows: Sequence[tuple[str, Sequence[Any]]]) -> N
     old_row = table.cursor_row
     table.clear()
     for key, cells in rows:
-        table.add_row(*cells, key=key)
+        tall = any(isinstance(c, Text) and "\n" in c.plain for c in cells)
+        table.add_row(*cells, key=key, height=None if tall else 1)
     if not rows:
         return
     row = keys.index(cursor_key) if cursor_key in keys else min(max(old_row, 0), len(rows) - 1)
     table.move_cursor(row=row, animate=False)
 
 
+#: the eighths of a cell a bar can fill
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def spark_lines(data: Sequence[float], width: int, height: int = 1,
+                summary: Callable[[Sequence[float]], float] = max) -> list[str]:
+    """``data`` as ``height`` lines of ``width`` bar characters, scaled from
+    zero to the largest value: zero (and no data at all) draws nothing, any
+    value above zero at least the lowest bar. More points than columns are
+    summarised (``summary`` of each column's points); fewer are stretched."""
+    if width <= 0 or height <= 0:
+        return []
+    blank = [" " * width] * height
+    if not data:
+        return blank
+    n = len(data)
+    if n > width:
+        columns = [summary(data[i * n // width:max((i + 1) * n // width, i * n // width + 1)]) for i in range(width)]
+    else:
+        columns = [data[i * n // width] for i in range(width)]
+    top = max(columns)
+    if top <= 0:
+        return blank
+    steps = height * len(BARS)
+    levels = [0 if v <= 0 else max(1, round(v / top * steps)) for v in columns]
+    lines = []
+    for row in range(height):
+        floor = (height - 1 - row) * len(BARS)
+        line = ""
+        for level in levels:
+            fill = min(max(level - floor, 0), len(BARS))
+            line += BARS[fill - 1] if fill else " "
+        lines.append(line)
+    return lines
+
+
+def peak(value: float) -> str:
+    """A sparkline's maximum, short: ``"1,234"``, ``"12.5"``, ``"0"``."""
+    if value == int(value):
+        return f"{int(value):,}"
+    return f"{value:.1f}" if value < 100 else f"{value:,.0f}"
+
+
+class Spark(Widget):
+    """A sparkline scaled from zero (unlike Textual's, min to max), so that
+    a steady value draws a level line and zero or no data draws nothing;
+    as tall as the widget (eighths of a cell per step).
+
+    Attributes:
+        data: the values, oldest first.
+    """
+
+    DEFAULT_CSS = """
+    Spark { height: 1; color: $accent; }
+    """
+    data: reactive[list[float]] = reactive(list, always_update=True)
+
+    def __init__(self, data: Sequence[float] = (), *, summary_function: Callable[[Sequence[float]], float] = max,
+                 id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.summary_function = summary_function
+        self.data = list(data)
+
+    def render(self) -> Text:
+        return Text("\n".join(spark_lines(self.data, self.size.width, self.size.height, self.summary_function)))
+
+
 class SparkRow(Horizontal):
-    """``label`` then a :class:`~textual.widgets.Sparkline` of a series (one line)."""
+    """``label`` and the latest value, a :class:`Spark` of a series, and its
+    maximum (one line)."""
 
     DEFAULT_CSS = """
     SparkRow { height: 1; width: 1fr; }
     SparkRow > Label { width: auto; padding: 0 1 0 0; color: $text-muted; }
-    SparkRow > Sparkline { width: 1fr; }
+    SparkRow > Label.peak { padding: 0 0 0 1; }
+    SparkRow > Spark { width: 1fr; }
     """
 
     def __init__(self, label: str, *, id: str | None = None) -> None:
@@ -81,13 +154,17 @@ class SparkRow(Horizontal):
         self._label = label
 
     def compose(self) -> ComposeResult:
-        yield Label(self._label)
-        yield Sparkline([], summary_function=max)
+        yield Label(self._label, classes="label")
+        yield Spark()
+        yield Label("", classes="peak")
 
     def show(self, series: Sequence[float], current: str) -> None:
-        """Plot ``series`` and show ``current`` (the latest value) in the label."""
-        self.query_one(Label).update(f"{self._label} {current}")
-        self.query_one(Sparkline).data = list(series) or [0.0]
+        """Plot ``series`` and show ``current`` (the latest value) in the
+        label, the series' maximum after the plot."""
+        values = list(series)
+        self.query_one(".label", Label).update(f"{self._label} {current}")
+        self.query_one(Spark).data = values
+        self.query_one(".peak", Label).update(f"max {peak(max(values))}" if values else "")
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -103,7 +180,7 @@ class ConfirmScreen(ModalScreen[bool]):
     ConfirmScreen > Vertical {
         width: 64; max-width: 100%; height: auto; border: thick $error 80%; background: $surface; padding: 1 2;
     }
-    ConfirmScreen #question { width: 1fr; margin-bottom: 1; }
+    ConfirmScreen #question { width: 1fr; height: auto; margin-bottom: 1; }
     ConfirmScreen Horizontal { height: auto; align-horizontal: right; }
     ConfirmScreen Button { margin-left: 2; }
     """
@@ -135,12 +212,19 @@ class CreateScreen(ModalScreen[tuple[str, str] | None]):
     """nsqadmin's "Create Topic/Channel" form: dismissed with ``(topic,
     channel)`` (channel may be "") or None. Names are checked before."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+        # priority: the app moves the focus before it hands on the next key,
+        # so that keys typed fast after the tab land in the next field
+        Binding("tab", "app.focus_next", "Next field", show=False, priority=True),
+        Binding("shift+tab", "app.focus_previous", "Previous field", show=False, priority=True),
+    ]
     DEFAULT_CSS = """
     CreateScreen { align: center middle; }
     CreateScreen > Vertical {
         width: 64; max-width: 100%; height: auto; border: thick $primary; background: $surface; padding: 1 2;
     }
+    CreateScreen #intro { width: 1fr; height: auto; }
     CreateScreen Input { margin-bottom: 1; }
     CreateScreen #problem { color: $error; height: auto; }
     CreateScreen Horizontal { height: auto; align-horizontal: right; }
@@ -153,7 +237,8 @@ class CreateScreen(ModalScreen[tuple[str, str] | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label("Create topic / channel (an empty channel creates only the topic)")
+            yield Static("Create topic / channel (an empty channel creates only the topic)", id="intro",
+                         markup=False)
             yield Input(self.topic, placeholder="topic", id="topic")
             yield Input(placeholder="channel (optional)", id="channel")
             yield Static("", id="problem")

@@ -291,6 +291,28 @@ async def test_create_topic_and_channel_from_the_form(admin_cluster: AdminCluste
     assert notification_sink.received[0]["url"] == "https://admin.example/api/topics"
 
 
+async def test_a_tab_typed_fast_in_the_create_form_moves_to_the_channel_field():
+    """Keys a terminal hands over in one read are queued at once: the tab
+    must move the focus before the keys after it are delivered."""
+    from textual import events
+
+    from nsq.tui.admin import FixedSource
+    from tests.tui.test_admin_snapshots import fixed_snapshot
+
+    snap = fixed_snapshot()
+    app = AdminApp(FixedSource(snap), None, snapshot=snap)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("c", *"orders", "tab", *"audit")
+        assert isinstance(app.screen, CreateScreen)
+        assert [app.screen.query_one(f"#{f}", Input).value for f in ("topic", "channel")] == ["orders", "audit"]
+        await pilot.press("escape", "c")
+        for key in [*"topic", "tab", *"chan", "shift+tab"]:
+            app._driver.process_message(events.Key(key, {"tab": "\t", "shift+tab": None}.get(key, key)))
+        await pilot.pause(0.3)
+        assert [app.screen.query_one(f"#{f}", Input).value for f in ("topic", "channel")] == ["topic", "chan"]
+        assert app.focused.id == "topic"
+
+
 async def test_pause_and_empty_a_topic(admin_cluster: AdminCluster):
     cl = admin_cluster
     d1, d2 = cl.nsqds
@@ -454,6 +476,11 @@ async def test_filter_sort_and_refresh_interval(admin_cluster: AdminCluster):
         assert keys() == ["order_a"]
         await pilot.press("escape")
         assert keys() == ["alpha", "order_a", "beta"]
+        await pilot.press("s")  # by memory + disk, largest first
+        assert app.screen.sort_column == column(table, "Mem")
+        assert keys() == ["beta", "order_a", "alpha"]
+        await pilot.press("S")
+        assert keys() == ["alpha", "order_a", "beta"]
         assert app.refresh_interval == 0.2
         await pilot.press("plus")
         assert app.refresh_interval == 0.5
@@ -514,3 +541,41 @@ async def test_https_nsqd_with_the_tls_client_flags(make_nsqd, tmp_path):
         snap = await cluster.fetch()
         assert len(snap.errors) == 1 and "certificate" in snap.errors[0].message.lower()
         assert snap.topics == [] and snap.nodes[0].error
+
+
+def _text(widget) -> str:
+    """What ``widget`` shows on screen, line by line joined with spaces."""
+    from textual.geometry import Region
+
+    lines = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
+    return " ".join(strip.text.strip() for strip in lines)
+
+
+async def test_dialog_texts_wrap_in_full_and_say_1_channel():
+    """The create and confirmation dialogs show all of their text, wrapped,
+    even 60 columns wide; one channel is "1 channel"."""
+    from nsq.cluster.model import ChannelStats, ClusterSnapshot, TopicStats
+    from nsq.tui.admin import FixedSource
+
+    topic = TopicStats(name="orders", depth=1, channels=[ChannelStats(topic="orders", name="audit")],
+                       nodes=[TopicStats(name="orders", node="10.0.0.1:4151", depth=1)])
+    snap = ClusterSnapshot(taken_at=0.0, topics=[topic])
+    app = AdminApp(FixedSource(snap), None, snapshot=snap)
+    async with app.run_test(size=(60, 24)) as pilot:
+        await pilot.press("c")
+        await pilot.pause()
+        intro = app.screen.query_one("#intro", Static)
+        assert intro.size.height >= 2
+        assert _text(intro) == "Create topic / channel (an empty channel creates only the topic)"
+        await pilot.press("escape", "d")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        question = app.screen.query_one("#question", Static)
+        assert _text(question) == ("Delete topic orders with its 1 channel from the lookupds and 1 nsqd? "
+                                   "Every queued message is lost.")
+        await pilot.press("n", "e")
+        await pilot.pause()
+        assert "The 1 message queued in the topic itself (not in its channels) on 1 nsqd is lost." in _text(
+            app.screen.query_one("#question", Static))
+        await pilot.press("n")
+        assert "1 topic · 1 channel · 0/0 nsqd · 0 clients" in str(app.screen.query_one("#status", Static).render())

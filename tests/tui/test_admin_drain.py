@@ -184,7 +184,7 @@ async def test_read_only_offers_no_drain(make_nsqd, closers):
         assert isinstance(app.screen, NodesScreen)
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
-        assert "Nodes" not in [name for name, _ in app.screen.sections]
+        assert [k for k, _ in dict(app.screen.sections)["Nodes"]] == ["enter", "l"]  # no drain
         assert "D" not in {k for _, section in app.screen.sections for k, _ in section}
     assert app.results == [] and not d.draining
 
@@ -200,5 +200,5 @@ async def test_the_help_lists_drain_and_the_footer_offers_it(make_nsqd, closers)
         assert "D" in shown
         await pilot.press("question_mark")
         nodes = dict(app.screen.sections)["Nodes"]
-        assert nodes == [("D", "drain the selected nsqd (then it exits)")]
+        assert ("D", "drain the selected nsqd (then it exits)") in nodes
     assert not d.draining

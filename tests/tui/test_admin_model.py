@@ -112,6 +112,7 @@ def test_versions_and_out_of_date():
 
 def test_formats():
     assert fmt.count(5250) == "5,250"
+    assert [fmt.plural(n, "channel") for n in (0, 1, 1250)] == ["0 channels", "1 channel", "1,250 channels"]
     assert fmt.mem_disk(4097, 1098) == "4,097 + 1,098" and fmt.mem_disk(1, 2, compact=True) == "1+2"
     assert [fmt.rate(x) for x in (None, 0, 12.345, 1234.5)] == ["-", "0", "12.3", "1,234"]
     assert [fmt.duration(x) for x in (5, 134, 3725, 3 * 86400 + 7200)] == ["5s", "2m14s", "1h2m5s", "3d2h"]

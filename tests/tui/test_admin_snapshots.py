@@ -181,3 +181,19 @@ def test_confirm_delete(snap_compare):
 
 def test_help_screen(snap_compare):
     assert snap_compare(app(), press=["question_mark"], terminal_size=(80, 42))
+
+
+def test_node_screen(snap_compare):
+    assert snap_compare(app(), press=["2", "enter"], terminal_size=(150, 32))
+
+
+def test_counter_screen(snap_compare):
+    assert snap_compare(app(), press=["3"], terminal_size=(80, 24))
+
+
+def test_lookup_screen(snap_compare):
+    assert snap_compare(app(), press=["4"], terminal_size=(100, 24))
+
+
+def test_nodes_screen_lookupd_addresses(snap_compare):
+    assert snap_compare(app(), press=["2", "l"], terminal_size=(120, 24))

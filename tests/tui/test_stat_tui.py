@@ -71,7 +71,7 @@ async def test_columns_show_depth_and_in_flight(make_nsqd):
             history = app.query_one("#history", DataTable)
             assert history.row_count >= 2
             spark = app.query_one("#spark-depth")
-            assert list(spark.values)[-1] == 3.0 and spark.border_title == "depth 3"
+            assert list(spark.values)[-1] == 3.0 and spark.border_title == f"depth 3 (max {max(spark.values):g})"
             await pilot.press("q")
     finally:
         writer.close()

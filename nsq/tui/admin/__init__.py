@@ -14,6 +14,12 @@ Screens (each refreshed at every poll, every ``refresh_interval`` seconds):
   without channels) on each nsqd, merged oldest first; changes nothing.
 - Nodes (:mod:`.nodes`): the nsqds (version, ports, lookupd connections,
   topics and tombstones) and the lookupds.
+- Node (:mod:`.node`): one nsqd's topics, channels and clients (enter on
+  an nsqd row of the Nodes, Topic or Channel screen).
+- Counter (:mod:`.counter`): the messages processed over the cluster, in
+  large digits, and their rate.
+- Lookup (:mod:`.lookup`): the lookupds, and every topic and channel as a
+  tree, those no nsqd has yet marked; create and delete.
 
 Admin actions (create, pause/unpause, empty, delete, tombstone) ask for a
 confirmation, run through :class:`~nsq.cluster.actions.Admin` and report in
@@ -32,11 +38,14 @@ from __future__ import annotations
 from nsq.tui.admin.app import AdminApp, FixedSource, run_admin_app
 from nsq.tui.admin.base import AdminScreen
 from nsq.tui.admin.channel import ChannelScreen
+from nsq.tui.admin.counter import CounterScreen
 from nsq.tui.admin.keys import KEYS, REFRESH_INTERVALS
+from nsq.tui.admin.lookup import LookupScreen
+from nsq.tui.admin.node import NodeScreen
 from nsq.tui.admin.nodes import NodesScreen
 from nsq.tui.admin.peek import PeekScreen
 from nsq.tui.admin.topic import TopicScreen
 from nsq.tui.admin.topics import TopicsScreen
 
-__all__ = ["KEYS", "REFRESH_INTERVALS", "AdminApp", "AdminScreen", "ChannelScreen", "FixedSource", "NodesScreen",
+__all__ = ["KEYS", "REFRESH_INTERVALS", "AdminApp", "AdminScreen", "ChannelScreen", "CounterScreen", "FixedSource", "LookupScreen", "NodeScreen", "NodesScreen",
            "PeekScreen", "TopicScreen", "TopicsScreen", "run_admin_app"]

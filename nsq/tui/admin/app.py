@@ -20,7 +20,9 @@ from nsq.cluster.peek import Peek
 from nsq.cluster.poller import Cluster
 from nsq.tui import fmt
 from nsq.tui.admin.base import AdminScreen
+from nsq.tui.admin.counter import CounterScreen
 from nsq.tui.admin.keys import KEYS, REFRESH_INTERVALS
+from nsq.tui.admin.lookup import LookupScreen
 from nsq.tui.admin.nodes import NodesScreen
 from nsq.tui.admin.topics import TopicsScreen
 from nsq.tui.widgets import HelpScreen
@@ -93,7 +95,7 @@ class AdminApp(App[None]):
     .section { padding: 0 1; color: $accent; text-style: bold; }
     DataTable { height: auto; max-height: 1fr; margin: 0 1; }
     TopicScreen #nodes, ChannelScreen #nodes { max-height: 9; }
-    NodesScreen #lookupds { max-height: 8; }
+    NodesScreen #lookupds, LookupScreen #lookupds { max-height: 8; }
     .notice { padding: 0 1; color: $text-muted; text-style: italic; }
     PeekScreen #notes { height: auto; padding: 0 1; }
     """
@@ -101,12 +103,15 @@ class AdminApp(App[None]):
         Binding("question_mark", "help", "Help"),
         Binding("1", "mode('topics')", "Topics", show=False),
         Binding("2", "mode('nodes')", "Nodes", show=False),
+        Binding("3", "mode('counter')", "Counter", show=False),
+        Binding("4", "mode('lookup')", "Lookup", show=False),
         Binding("r", "refresh", "Refresh", show=False),
         Binding("plus", "interval(1)", "Slower", show=False),
         Binding("minus", "interval(-1)", "Faster", show=False),
         Binding("q", "quit", "Quit"),
     ]
-    MODES: ClassVar = {"topics": TopicsScreen, "nodes": NodesScreen}
+    MODES: ClassVar = {"topics": TopicsScreen, "nodes": NodesScreen, "counter": CounterScreen,
+                        "lookup": LookupScreen}
     DEFAULT_MODE = "topics"
 
     def __init__(self, source: Any, admin: Admin | None = None, *, read_only: bool = False,
@@ -174,7 +179,7 @@ class AdminApp(App[None]):
         self.refresh_now()
 
     async def action_mode(self, mode: str) -> None:
-        """Show the Topics (or Nodes) list itself, not a screen opened from it."""
+        """Show the Topics (Nodes, Counter, Lookup) screen itself, not a screen opened from it."""
         if mode != self.current_mode:
             await self.switch_mode(mode)
         while len(self.screen_stack) > 1:

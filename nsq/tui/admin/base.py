@@ -88,8 +88,8 @@ class AdminScreen(Screen):
         app = self.admin_app
         t = snapshot.totals
         parts = [f"refresh {fmt.interval(app.refresh_interval)}",
-                 f"{t.topics} topics", f"{t.channels} channels", f"{t.nodes_up}/{t.nodes} nsqd",
-                 f"{t.clients} clients"]
+                 fmt.plural(t.topics, "topic"), fmt.plural(t.channels, "channel"), f"{t.nodes_up}/{t.nodes} nsqd",
+                 fmt.plural(t.clients, "client")]
         status = Text(" · ".join(parts), style="dim")
         if app.read_only:
             status.append("  READ-ONLY", style="bold yellow")

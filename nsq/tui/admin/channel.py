@@ -109,6 +109,12 @@ class ChannelScreen(AdminScreen):
         clients.display = bool(ch.clients)
         self.query_one("#noclients", Static).display = not ch.clients
 
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "nodes" and event.row_key.value != "*":
+            from nsq.tui.admin.node import NodeScreen
+
+            self.app.push_screen(NodeScreen(str(event.row_key.value)))
+
     def action_peek(self) -> None:
         self.app.push_screen(PeekScreen(self.topic, self.channel))
 
@@ -129,8 +135,9 @@ class ChannelScreen(AdminScreen):
         if ch is None:
             return
         topic, name = self.topic, self.channel
-        self.confirm(f"Empty channel {topic}/{name}? Its {fmt.count(ch.depth)} queued messages on "
-                     f"{len(ch.nodes)} nsqd are lost.", "Empty", lambda a: a.empty_channel(topic, name))
+        self.confirm(f"Empty channel {topic}/{name}? Its {fmt.plural(ch.depth, 'queued message')} on "
+                     f"{len(ch.nodes)} nsqd {'is' if ch.depth == 1 else 'are'} lost.", "Empty",
+                     lambda a: a.empty_channel(topic, name))
 
     def action_delete(self) -> None:
         ch = self._stats()
@@ -138,8 +145,8 @@ class ChannelScreen(AdminScreen):
             return
         topic, name = self.topic, self.channel
         self.confirm(f"Delete channel {topic}/{name} from the lookupds and {len(ch.nodes)} nsqd? Its "
-                     f"{fmt.count(ch.depth)} queued messages are lost and its {ch.client_count} clients "
-                     "disconnected.", "Delete", lambda a: a.delete_channel(topic, name), after=self._gone)
+                     f"{fmt.plural(ch.depth, 'queued message')} {'is' if ch.depth == 1 else 'are'} lost and its "
+                     f"{fmt.plural(ch.client_count, 'client')} disconnected.", "Delete", lambda a: a.delete_channel(topic, name), after=self._gone)
 
     def _gone(self) -> None:
         if self.app.screen is self:

@@ -13,7 +13,7 @@ REFRESH_INTERVALS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 15.0, 30.0, 60.0)
 KEYS: list[tuple[str, list[tuple[str, str, bool]]]] = [
     ("Everywhere", [
         ("?", "this help", False),
-        ("1 / 2", "Topics / Nodes screen", False),
+        ("1 / 2 / 3 / 4", "Topics / Nodes / Counter / Lookup screen", False),
         ("escape, backspace", "back (up from channel to topic to topics)", False),
         ("up, down, pgup, pgdn", "move in the table; enter (or a second click) opens the row", False),
         ("tab", "next table or field", False),
@@ -42,7 +42,18 @@ KEYS: list[tuple[str, list[tuple[str, str, bool]]]] = [
         ("m", "peek at the next 20 messages on each nsqd (changes nothing)", False),
     ]),
     ("Nodes", [
+        ("enter", "open the nsqd (also from the nsqd rows of a topic or channel)", False),
+        ("l", "show each nsqd's lookupd connections (again: their count)", False),
         ("D", "drain the selected nsqd (then it exits)", True),
+    ]),
+    ("Node", [
+        ("enter", "open the topic or channel", False),
+        ("t", "tombstone the selected topic on this nsqd (and delete it there)", True),
+    ]),
+    ("Lookup", [
+        ("enter", "open the topic or channel", False),
+        ("c", "create a topic and optionally a channel (in the lookupds and nsqds)", True),
+        ("d", "delete the selected topic or channel", True),
     ]),
     ("Peek", [
         ("r", "peek again", False),

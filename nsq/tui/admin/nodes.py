@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Label, Static
 
 from nsq.cluster.model import ClusterSnapshot, NodeInfo
 from nsq.tui.admin.base import AdminScreen
+from nsq.tui.admin.node import NodeScreen
 from nsq.tui.widgets import fill_table, num, set_columns
 
 __all__ = ["NodesScreen"]
@@ -24,9 +25,15 @@ class NodesScreen(AdminScreen):
 
     AUTO_FOCUS = "#nodes"
     BINDINGS: ClassVar = [
+        Binding("l", "lookupd_addresses", "Lookupd addrs"),
         Binding("D", "drain", "Drain"),
         Binding("1", "app.mode('topics')", "Topics"),
     ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: show each nsqd's lookupd connections as addresses, not a count
+        self.expand_lookupds = False
 
     def compose_body(self) -> ComposeResult:
         yield Static("", id="title")
@@ -49,7 +56,7 @@ class NodesScreen(AdminScreen):
         n_lookupds = len(snapshot.lookupds)
         rows = []
         for node in snapshot.nodes:
-            rows.append((node.api_address, self._node_cells(node, n_lookupds)))
+            rows.append((node.api_address, self._node_cells(node, n_lookupds, self.expand_lookupds)))
         fill_table(self.query_one("#nodes", DataTable), rows)
         lookupds = self.query_one("#lookupds", DataTable)
         fill_table(lookupds, [(lk.address, [Text(lk.address, style="bold"), lk.version or "-",
@@ -59,7 +66,7 @@ class NodesScreen(AdminScreen):
         self.query_one("#lookupds-label").display = bool(snapshot.lookupds)
 
     @staticmethod
-    def _node_cells(node: NodeInfo, n_lookupds: int) -> list[Any]:
+    def _node_cells(node: NodeInfo, n_lookupds: int, expand: bool = False) -> list[Any]:
         style = "yellow" if node.out_of_date else ""
         if node.error:
             version: Text = Text("✘ unreachable", style="bold red")
@@ -74,6 +81,8 @@ class NodesScreen(AdminScreen):
                               style="strike yellow" if tombstoned else "cyan")
         conns = num(len(node.remote_addresses) if n_lookupds else "-",
                     "bold yellow" if n_lookupds and len(node.remote_addresses) != n_lookupds else "")
+        if expand and node.remote_addresses:
+            conns = Text("\n".join(node.remote_addresses), style=conns.style)
         return [Text(node.hostname, style=style or "bold"), node.broadcast_address, num(node.tcp_port or "-"),
                 num(node.http_port or "-"), version, conns, topics]
 
@@ -85,6 +94,21 @@ class NodesScreen(AdminScreen):
             return None
         key = str(table.ordered_rows[table.cursor_row].key.value)
         return next((n for n in snapshot.nodes if n.api_address == key), None)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "nodes":
+            node = self.selected()
+            if node is not None:
+                self.app.push_screen(NodeScreen(node.http_address))
+
+    def action_lookupd_addresses(self) -> None:
+        """Show (or hide) the lookupd connections' addresses (nsqadmin's
+        "Lookupd Conns." button)."""
+        self.expand_lookupds = not self.expand_lookupds
+        self.query_one("#nodes", DataTable).clear(columns=True)
+        self._columns()
+        if self.admin_app.snapshot is not None:
+            self.show_body(self.admin_app.snapshot)
 
     def action_drain(self) -> None:
         node = self.selected()

@@ -99,7 +99,7 @@ class PeekScreen(AdminScreen):
         if peeked is None:
             title.append("  peeking...", style="italic dim")
         else:
-            title.append(f"  next {len(peeked.messages)} messages on {peeked.asked} nsqd, oldest first", style="dim")
+            title.append(f"  next {fmt.plural(len(peeked.messages), 'message')} on {peeked.asked} nsqd, oldest first", style="dim")
         self.query_one("#title", Static).update(title)
 
         notes = self.query_one("#notes", Static)

@@ -48,15 +48,15 @@ def confirm_pause_topic(screen: AdminScreen, topic: TopicStats) -> None:
 def confirm_empty_topic(screen: AdminScreen, topic: TopicStats) -> None:
     """Ask, then empty ``topic``'s own queue on its nsqds."""
     name = topic.name
-    screen.confirm(f"Empty topic {name}? The {fmt.count(topic.depth)} messages queued in the topic itself "
-                   f"(not in its channels) on {topic.producers} nsqd are lost.", "Empty",
+    screen.confirm(f"Empty topic {name}? The {fmt.plural(topic.depth, 'message')} queued in the topic itself "
+                   f"(not in its channels) on {topic.producers} nsqd {'is' if topic.depth == 1 else 'are'} lost.", "Empty",
                    lambda a: a.empty_topic(name))
 
 
 def confirm_delete_topic(screen: AdminScreen, topic: TopicStats, after: Callable[[], None] | None = None) -> None:
     """Ask, then delete ``topic`` everywhere (then ``after``)."""
     name = topic.name
-    screen.confirm(f"Delete topic {name} with its {len(topic.channels)} channels from the lookupds and "
+    screen.confirm(f"Delete topic {name} with its {fmt.plural(len(topic.channels), 'channel')} from the lookupds and "
                    f"{topic.producers} nsqd? Every queued message is lost.", "Delete",
                    lambda a: a.delete_topic(name), after=after)
 
@@ -121,8 +121,8 @@ class TopicScreen(AdminScreen):
         else:
             if topic.paused:
                 title.append("  paused", style="bold yellow")
-            title.append(f"  {topic.producers} nsqd · {len(topic.channels)} channels · "
-                         f"{fmt.count(topic.client_count)} clients", style="dim")
+            title.append(f"  {topic.producers} nsqd · {fmt.plural(len(topic.channels), 'channel')} · "
+                         f"{fmt.plural(topic.client_count, 'client')}", style="dim")
             self.query_one("#title", Static).update(title)
         queued = topic.depth + sum(c.depth for c in topic.channels)
         self.query_one("#depth", SparkRow).show(topic.depth_history, fmt.count(queued))
@@ -172,6 +172,10 @@ class TopicScreen(AdminScreen):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "channels":
             self.app.push_screen(ChannelScreen(self.topic, str(event.row_key.value)))
+        elif event.data_table.id == "nodes" and event.row_key.value != "*":
+            from nsq.tui.admin.node import NodeScreen
+
+            self.app.push_screen(NodeScreen(str(event.row_key.value)))
 
     def action_create(self) -> None:
         self.create(self.topic)

@@ -39,7 +39,7 @@ class TopicsScreen(AdminScreen):
     COLUMNS: ClassVar = [
         ("Topic", "Topic", lambda t: t.name),
         ("Depth", "Depth", lambda t: t.depth),
-        ("Mem + Disk", "Mem+Disk", lambda t: t.backend_depth),
+        ("Mem + Disk", "Mem+Disk", lambda t: (t.memory_depth + t.backend_depth, t.backend_depth)),
         ("In-Flight", "InFlt", lambda t: t.in_flight),
         ("Deferred", "Def", lambda t: t.deferred),
         ("Messages", "Msgs", lambda t: t.messages),
