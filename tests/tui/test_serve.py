@@ -243,3 +243,22 @@ async def test_a_real_textual_app_session():
         assert not server._services
     finally:
         await server.close()
+
+
+async def test_a_finished_session_is_reaped_by_asyncio_alone(caplog):
+    """The app process exits after its session: it must not be killed (and so
+    polled and reaped) behind asyncio's child watcher, which would log
+    "Unknown child process pid N, will report returncode 255"."""
+    import asyncio
+
+    server = await started(CommandServer(admin_factory(), "127.0.0.1:0"))
+    try:
+        await session_report(server.url)
+        for _ in range(100):
+            if not server._services:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # the watcher's thread reports the exit
+    finally:
+        await server.close()
+    assert not [r for r in caplog.records if "Unknown child process" in r.getMessage()]

@@ -218,8 +218,16 @@ class CommandServer:
             pass
         process = service._process
         if process is not None and process.returncode is None:
-            process.kill()
-            await process.wait()
+            # after the quit message the app usually exits by itself: wait for
+            # that first. kill() on a process that has exited but is not yet
+            # reaped polls it (Popen.send_signal, bpo-38630) and reaps it
+            # under asyncio's child watcher, which then logs "Unknown child
+            # process pid N, will report returncode 255"
+            try:
+                await asyncio.wait_for(process.wait(), 5)
+            except asyncio.TimeoutError:
+                process.kill()
+                await process.wait()
 
     async def _on_shutdown(self, app: Any) -> None:
         await asyncio.gather(*(self._stop_service(s) for s in list(self._services)))
