@@ -162,6 +162,9 @@ class Cluster:
 
     # -- poll ----------------------------------------------------------------------
 
+    #: topics whose lookupd channel lists are asked for at each poll
+    LOOKUPD_CHANNEL_TOPICS = 500
+
     async def fetch(self) -> ClusterSnapshot:
         """Read the whole cluster once (no rates).
 
@@ -196,13 +199,18 @@ class Cluster:
             n.out_of_date = bool(n.version) and version_tuple(n.version) < newest
         nodes.sort(key=lambda n: (n.hostname, n.http_address))
         topics = aggregate(per_node, known_topics)
-        inactive = [t for t in topics if not t.nodes]
-        if inactive and self.lookupd_addresses:
-            # known to lookupd only (nsqadmin's "inactive" topics): their channels come from lookupd too
+        if self.lookupd_addresses and topics:
+            # channels lookupd knows that no nsqd has yet (created through
+            # lookupd, nsqadmin's lookup page): every topic's, up to
+            # LOOKUPD_CHANNEL_TOPICS topics (inactive ones first)
+            asked = sorted(topics, key=lambda t: bool(t.nodes))[:self.LOOKUPD_CHANNEL_TOPICS]
             found = await asyncio.gather(*(self.lookupd.channels_all(self.lookupd_addresses, t.name)
-                                           for t in inactive))
-            for topic, (names, _) in zip(inactive, found):
-                topic.channels = [ChannelStats(topic=topic.name, name=n) for n in sorted(names)]
+                                           for t in asked))
+            for topic, (names, _) in zip(asked, found):
+                have = {c.name for c in topic.channels}
+                extra = [ChannelStats(topic=topic.name, name=n) for n in sorted(names) if n not in have]
+                if extra:
+                    topic.channels = sorted(topic.channels + extra, key=lambda c: c.name)
         return ClusterSnapshot(taken_at=taken_at, lookupds=lookupds, nodes=nodes, topics=topics, errors=errors)
 
     async def poll(self) -> ClusterSnapshot:

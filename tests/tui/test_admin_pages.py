@@ -124,6 +124,11 @@ async def test_lookup_screen_lists_topics_no_nsqd_has_creates_and_deletes(admin_
         assert "no nsqd" in cells(tree, "future")[0] and "no nsqd" in cells(tree, "future/later")[0]
         assert cells(tree, "orders")[column(tree, "nsqd")] == "1"
         assert "1 on no nsqd yet" in str(app.screen.query_one("#title", Static).render())
+        # a channel only lookupd knows, under a topic an nsqd has
+        await cl.post(cl.lookupd_http, "/channel/create?topic=orders&channel=audit")
+        await pilot.press("r")
+        await wait_until(pilot, lambda: has_row(tree, "orders/audit"))
+        assert "no nsqd" in cells(tree, "orders/audit")[0] and "no nsqd" not in cells(tree, "orders/billing")[0]
         move_to(tree, "future")
         await pilot.press("d")
         assert isinstance(app.screen, ConfirmScreen)
