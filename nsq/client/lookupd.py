@@ -35,7 +35,7 @@ from nsq._internal.addresses import fmt_addr
 from nsq.protocol.errors import NSQError
 
 __all__ = ["HTTPAPIClient", "HTTPAPIError", "LookupdError", "LookupdHTTPClient", "LookupdQueryError", "Producer",
-           "ProducerList", "ask_each", "topic_producers"]
+           "ProducerList", "ask_each", "topic_producers", "union_producers"]
 
 T = TypeVar("T")
 
@@ -358,21 +358,41 @@ async def topic_producers(lookupd_http_addresses: Iterable[str], topic: str, *,
     Raises:
         LookupdQueryError: every lookupd failed (``errors`` says why).
     """
+    async def producers(lookupd: LookupdHTTPClient, address: str) -> list:
+        return (await lookupd.lookup(address, topic))["producers"]
+
+    return await union_producers(lookupd_http_addresses, producers, client)
+
+
+async def union_producers(lookupd_http_addresses: Iterable[str],
+                          ask: Callable[[LookupdHTTPClient, str], Awaitable[list]],
+                          client: LookupdHTTPClient | None = None) -> ProducerList:
+    """Ask every lookupd with ``ask(client, address)`` (its producer JSON
+    objects) at once and unite the answers by TCP address, first seen first
+    (Go: internal/clusterinfo/data.go, the lookupd queries).
+
+    Returns:
+        the producers and ``errors`` of the lookupds that failed; empty
+        when no address is given.
+
+    Raises:
+        LookupdQueryError: every lookupd failed.
+    """
     addresses = list(dict.fromkeys(lookupd_http_addresses))
     if not addresses:
         return ProducerList()
     own = client is None
     lookupd = client if client is not None else LookupdHTTPClient()
     try:
-        answers, errors = await ask_each(addresses, lambda a: lookupd.lookup(a, topic))
+        answers, errors = await ask_each(addresses, lambda a: ask(lookupd, a))
     finally:
         if own:
             await lookupd.close()
     if not answers:
         raise LookupdQueryError(errors)
     found: dict[str, Producer] = {}
-    for _, answer in answers:
-        for obj in answer["producers"]:
+    for _, objs in answers:
+        for obj in objs:
             if isinstance(obj, dict):
                 p = Producer.from_json(obj)
                 found.setdefault(p.tcp_address, p)

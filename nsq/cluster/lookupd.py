@@ -19,8 +19,8 @@ from nsq.client.lookupd import (
     LookupdQueryError,
     Producer,
     ProducerList,
-    ask_each,
     topic_producers,
+    union_producers,
 )
 
 __all__ = ["LookupdError", "LookupdHTTPClient", "LookupdQueryError", "Producer", "ProducerList",
@@ -45,25 +45,7 @@ async def lookupd_producers(lookupd_http_addresses: Iterable[str], *,
     Raises:
         LookupdQueryError: every lookupd failed.
     """
-    addresses = list(dict.fromkeys(lookupd_http_addresses))
-    if not addresses:
-        return ProducerList()
-    own = client is None
-    lookupd = client if client is not None else LookupdHTTPClient()
-    try:
-        answers, errors = await ask_each(addresses, lookupd.nodes)
-    finally:
-        if own:
-            await lookupd.close()
-    if not answers:
-        raise LookupdQueryError(errors)
-    found: dict[str, Producer] = {}
-    for _, nodes in answers:
-        for obj in nodes:
-            if isinstance(obj, dict):
-                p = Producer.from_json(obj)
-                found.setdefault(p.tcp_address, p)
-    return ProducerList(found.values(), errors)
+    return await union_producers(lookupd_http_addresses, lambda lookupd, a: lookupd.nodes(a), client)
 
 
 async def _partial(query: Awaitable[ProducerList]) -> ProducerList:

@@ -10,12 +10,15 @@ and kept while the daemon lives.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-__all__ = ["new_registry", "registry_for"]
+from nsq.server.httpapi import NSQ_HEADERS
+
+__all__ = ["new_registry", "registry_for", "metrics_handler"]
 
 _REGISTRIES: weakref.WeakKeyDictionary[Any, CollectorRegistry] = weakref.WeakKeyDictionary()
 
@@ -36,3 +39,18 @@ def registry_for(daemon: Any, make: Callable[[Any], CollectorRegistry]) -> Colle
     if registry is None:
         registry = _REGISTRIES[daemon] = make(daemon)
     return registry
+
+
+def metrics_handler(registry: CollectorRegistry,
+                    render: Callable[[CollectorRegistry], bytes]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """An aiohttp handler for ``GET /metrics``: ``render(registry)`` (the
+    text exposition format, UTF-8) with the NSQ ``X-NSQ-Content-Type``
+    header, gzip-compressed when the scraper accepts it (a page for
+    thousands of channels is megabytes of text)."""
+
+    async def handler(request: web.Request) -> web.Response:
+        response = web.Response(body=render(registry), headers={**NSQ_HEADERS, "Content-Type": CONTENT_TYPE_LATEST})
+        response.enable_compression()
+        return response
+
+    return handler

@@ -43,8 +43,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from nsq.server.httpapi import NSQ_HEADERS
 from nsq.server.promregistry import new_registry
+from nsq.server.promregistry import metrics_handler as _metrics_handler
 from nsq.server.promregistry import registry_for as _registry_for
 
 if TYPE_CHECKING:
@@ -115,14 +115,6 @@ def render(lookupd: NSQLookupd) -> tuple[bytes, str]:
 
 
 def metrics_handler(lookupd: NSQLookupd) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """An aiohttp handler for ``GET /metrics`` of ``lookupd`` (with the NSQ
-    ``X-NSQ-Content-Type`` header; gzip when the scraper accepts it)."""
-    registry = registry_for(lookupd)
-
-    async def handler(request: web.Request) -> web.Response:
-        response = web.Response(body=generate_latest(registry),
-                                headers={**NSQ_HEADERS, "Content-Type": CONTENT_TYPE_LATEST})
-        response.enable_compression()
-        return response
-
-    return handler
+    """An aiohttp handler for ``GET /metrics`` of ``lookupd``
+    (:func:`nsq.server.promregistry.metrics_handler`)."""
+    return _metrics_handler(registry_for(lookupd), generate_latest)

@@ -80,8 +80,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-from nsq.server.httpapi import NSQ_HEADERS
 from nsq.server.promregistry import new_registry
+from nsq.server.promregistry import metrics_handler as _metrics_handler
 from nsq.server.promregistry import registry_for as _registry_for
 from nsq.server.nsqd.stats import e2e_latency
 
@@ -352,18 +352,6 @@ def render(nsqd: NSQD) -> tuple[bytes, str]:
 
 
 def metrics_handler(nsqd: NSQD) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """An aiohttp handler for ``GET /metrics`` of ``nsqd``.
-
-    The response carries the NSQ ``X-NSQ-Content-Type`` header as every nsqd
-    answer, and is gzip-compressed when the scraper accepts it (Prometheus
-    does; a page for thousands of channels is megabytes of text).
-    """
-    registry = registry_for(nsqd)
-
-    async def handler(request: web.Request) -> web.Response:
-        response = web.Response(body=scrape(registry),
-                                headers={**NSQ_HEADERS, "Content-Type": CONTENT_TYPE_LATEST})
-        response.enable_compression()
-        return response
-
-    return handler
+    """An aiohttp handler for ``GET /metrics`` of ``nsqd``
+    (:func:`nsq.server.promregistry.metrics_handler`)."""
+    return _metrics_handler(registry_for(nsqd), scrape)
