@@ -143,6 +143,12 @@ def _base10(b: bytes) -> int | None:
     return int(b)
 
 
+#: topic names already checked, as sent -> decoded: a producer names the
+#: same few topics in every PUB (bounded; cleared when full)
+_VALID_TOPICS: dict[bytes, str] = {}
+_VALID_TOPICS_MAX = 4096
+
+
 def _text(b: bytes) -> str:
     return b.decode("utf-8", "backslashreplace")
 
@@ -227,6 +233,8 @@ class V2ServerParser:
             ClientError: the command is invalid (the connection must close).
         """
         buf = self._buf
+        if self._pos == len(buf):
+            return None  # nothing buffered: the usual end of a read
         while True:
             avail = len(buf) - self._pos
             if self._need:
@@ -310,9 +318,15 @@ class V2ServerParser:
     def _topic(self, params: list[bytes], name: str, min_params: int, code_prefix: str = "") -> str:
         if len(params) < min_params:
             raise ClientError(E_INVALID, f"{name} insufficient number of parameters")
-        topic = _text(params[1])
-        if not is_valid_topic_name(topic):
-            raise ClientError(E_BAD_TOPIC, f"{code_prefix}{name} topic name {go_quote(topic)} is not valid")
+        raw = params[1]
+        topic = _VALID_TOPICS.get(raw)
+        if topic is None:
+            topic = _text(raw)
+            if not is_valid_topic_name(topic):
+                raise ClientError(E_BAD_TOPIC, f"{code_prefix}{name} topic name {go_quote(topic)} is not valid")
+            if len(_VALID_TOPICS) >= _VALID_TOPICS_MAX:
+                _VALID_TOPICS.clear()
+            _VALID_TOPICS[raw] = topic
         return topic
 
     # -- commands ----------------------------------------------------------
@@ -369,16 +383,17 @@ class V2ServerParser:
 
     def _message_body(self, name: str, start: int) -> tuple[bytes | None, int]:
         """Read ``[size][body]`` of PUB/DPUB; returns (body|None, consumed|needed)."""
-        size = self._body_len(start)
-        if size is None:
+        buf = self._buf
+        if len(buf) - start < 4:
             return None, 4
+        size: int = _LEN.unpack_from(buf, start)[0]
         if size <= 0:
             raise ClientError(E_BAD_MESSAGE, f"{name} invalid message body size {size}")
         if size > self.limits.max_msg_size:
             raise ClientError(E_BAD_MESSAGE, f"{name} message too big {size} > {self.limits.max_msg_size}")
-        if len(self._buf) - start < 4 + size:
+        if len(buf) - start < 4 + size:
             return None, 4 + size
-        return bytes(self._buf[start + 4:start + 4 + size]), 4 + size
+        return bytes(buf[start + 4:start + 4 + size]), 4 + size
 
     def _pub(self, params: list[bytes], start: int) -> _Handled:
         topic = self._topic(params, "PUB", 2)

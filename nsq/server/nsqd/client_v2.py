@@ -167,7 +167,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
             if self._codec is None:
                 self.parser.feed(data)
                 if self._waiting is None:
-                    self._process()
+                    self._process(len(data) <= self.SMALL_READ)
             else:
                 self._decode(data)
         except Exception:
@@ -217,8 +217,20 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
                     self.transport.pause_reading()
                 return
 
-    def _process(self) -> None:
-        """Execute every complete command buffered, in order."""
+    #: a read of at most this many bytes (one PUB, a FIN, a RDY) is taken
+    #: for request/response traffic: its answers, and the messages it made
+    #: for other clients, are written at once instead of at the end of the
+    #: loop turn (bytes)
+    SMALL_READ = 1024
+
+    def _process(self, small: bool = False) -> None:
+        """Execute every complete command buffered, in order.
+
+        Output is written at the end of the event-loop turn, coalesced, or
+        at once after a ``small`` read (latency over batching: Go writes
+        every response as it is made and messages when nothing else is
+        pending, ``protocol_v2.go`` ``Send`` and ``messagePump``).
+        """
         parser = self.parser
         handlers = self._handlers
         nsqd = self.nsqd
@@ -263,7 +275,10 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
             self._freed = False
             if self.channel is not None and self.in_flight_count < self.ready_count:
                 self.channel.client_ready(self)
-        self._mark_dirty()
+        if small:
+            nsqd.flush_now(self)
+        else:
+            self._mark_dirty()
 
     def pause_writing(self) -> None:
         """The peer does not read fast enough (transport above its high-water

@@ -531,6 +531,19 @@ class NSQD(Draining):
             assert self._loop is not None
             self._loop.call_soon(self._flush_all)
 
+    def flush_now(self, client: ClientV2) -> None:
+        """Write now, not at the end of this loop turn, the output pending
+        for every client (in the order it became pending: messages a PUB
+        delivered go out before its OK), then ``client``'s."""
+        dirty = self._dirty
+        if client.out and not client.dirty:
+            client.dirty = True
+            dirty.append(client)
+        if dirty:
+            self._dirty = []  # a flush already scheduled finds nothing left
+            for c in dirty:
+                c.flush()
+
     def _flush_all(self) -> None:
         self._flush_scheduled = False
         dirty = self._dirty
