@@ -30,7 +30,8 @@ any NSQ-compatible nsqd:
 :func:`run_latency` has no Go counterpart: one process, a producer PUBs one
 message, a consumer with RDY 1 on ``channel`` receives it and FINs it, then
 the next; each sample is PUB written -> message frame read. Use a topic
-without a backlog.
+without a backlog. With ``until="ok"`` there is no consumer: each sample is
+PUB written -> its ``OK`` read (what a request/response producer waits).
 
 Workers are tight loops over blocking sockets (:mod:`nsq.apps.bench_wire`)
 with the sans-IO encoders of :mod:`nsq.protocol.commands` and
@@ -245,11 +246,14 @@ def run_reader(opts: BenchOptions, progress: Progress | None = None) -> BenchRes
 
 
 def run_latency(opts: BenchOptions, progress: Progress | None = None) -> LatencyResult:
-    """PUB one message, receive it with RDY 1, FIN, repeat for ``opts.runfor``.
+    """PUB one message, receive it with RDY 1, FIN, repeat for ``opts.runfor``;
+    with ``opts.until == "ok"``, PUB and read its ``OK`` (no consumer).
 
     Raises:
         BenchError: could not connect, or nsqd answered an error.
     """
+    if opts.until == "ok":
+        return _run_pub_ok(opts, progress)
     consumer = _dial(opts.nsqd_tcp_address)
     producer = _dial(opts.nsqd_tcp_address)
     try:
@@ -283,6 +287,39 @@ def run_latency(opts: BenchOptions, progress: Progress | None = None) -> Latency
         duration = clock() - start
     finally:
         consumer.close()
+        producer.close()
+    if progress is not None:
+        progress(duration / 1e9, len(samples))
+    return LatencyResult(duration, samples)
+
+
+def _run_pub_ok(opts: BenchOptions, progress: Progress | None) -> LatencyResult:
+    """PUB -> OK round trips on one connection for ``opts.runfor``."""
+    producer = _dial(opts.nsqd_tcp_address)
+    try:
+        reader = FrameReader()
+        producer.sendall(MAGIC_V2 + _identify("bench_latency"))
+        _response(producer, reader)
+        _sleep_until_deadline("bench_latency", opts.deadline)
+        cmd = commands.pub(opts.topic, bytes(opts.size))
+        samples: list[int] = []
+        clock = time.perf_counter_ns
+        start = clock()
+        end = start + int(opts.runfor * 1e9)
+        next_progress = start
+        while True:
+            t0 = clock()
+            producer.sendall(cmd)
+            _response(producer, reader)
+            t1 = clock()
+            samples.append(t1 - t0)
+            if progress is not None and t1 >= next_progress:
+                next_progress = t1 + 100_000_000
+                progress((t1 - start) / 1e9, len(samples))
+            if t1 >= end:
+                break
+        duration = clock() - start
+    finally:
         producer.close()
     if progress is not None:
         progress(duration / 1e9, len(samples))

@@ -73,6 +73,9 @@ class BenchOptions:
         rdy: RDY count (reader).
         deadline: UTC time to start the run at, or None for at once.
         connections: connections, one OS process each (latency: always 1 pair).
+        until: what a latency sample ends at: ``"delivered"`` (the message
+            frame read by a RDY 1 consumer) or ``"ok"`` (the PUB's ``OK``
+            read by the producer; no consumer).
     """
 
     nsqd_tcp_address: str = DEFAULT_NSQD_TCP_ADDRESS
@@ -83,6 +86,7 @@ class BenchOptions:
     runfor: float = DEFAULT_RUNFOR
     rdy: int = DEFAULT_RDY
     deadline: _dt.datetime | None = None
+    until: str = "delivered"
     connections: int = field(default_factory=lambda: default_connections())
 
 
@@ -163,7 +167,8 @@ class BenchResult:
 
 @dataclass
 class LatencyResult:
-    """A latency run: one sample (ns) per message, PUB written -> message read."""
+    """A latency run: one sample (ns) per message, PUB written -> message
+    read (or -> ``OK`` read, with ``until="ok"``)."""
 
     duration_ns: int
     samples_ns: list[int]

@@ -73,11 +73,15 @@ def reader(**flags: Any) -> None:
 @bench.command(cls=GoCommand, context_settings=_CTX)
 @_common
 @_channel
+@click.option("--until", type=click.Choice(["delivered", "ok"]), default="delivered", show_default=True,
+              help="end each sample when the consumer reads the message, or when the producer reads "
+                   "the PUB's OK (no consumer)")
 def latency(**flags: Any) -> None:
     """PUB one message, receive it with RDY 1, FIN, repeat; print p50/p90/p99/max.
 
     Use a topic without a backlog (a fresh one, or one the channel is
-    drained of): the consumer times the first message it gets.
+    drained of): the consumer times the first message it gets. With
+    --until=ok each sample is PUB -> OK on one connection.
     """
     _run("latency", flags)
 
@@ -105,6 +109,7 @@ def _run(mode: str, flags: dict[str, Any]) -> None:
         batch_size=flags.get("batch_size") or lib.DEFAULT_BATCH_SIZE,
         rdy=flags.get("rdy") or lib.DEFAULT_RDY,
         connections=flags.get("connections") or lib.default_connections(),
+        until=flags.get("until") or "delivered",
     )
     runner = {"writer": lib.run_writer, "reader": lib.run_reader, "latency": lib.run_latency}[mode]
     bar = _ProgressBar(mode, opts.runfor) if sys.stdout.isatty() else None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.request
 
 from nsq.apps.bench import (
     BenchResult,
@@ -42,6 +44,15 @@ def test_writer_reader_latency_against_nsqd(nsqd_proc):
     assert r.returncode == 0, r.stderr
     lat = parse_latency_line(r.stdout)
     assert lat["count"] > 0 and 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+
+    # PUB -> OK: no consumer; every sample's message stays on the topic
+    r = _Run("bench", "latency", f"--nsqd-tcp-address={nsqd_proc.tcp}", "--runfor=0.3s", "--topic=latok",
+             "--until=ok")
+    assert r.returncode == 0, r.stderr
+    ok = parse_latency_line(r.stdout)
+    assert ok["count"] > 0 and 0 < ok["p50"] <= ok["max"]
+    stats = json.loads(urllib.request.urlopen(f"http://{nsqd_proc.http}/stats?format=json&topic=latok").read())
+    assert stats["topics"][0]["message_count"] == ok["count"]
 
 
 def test_refused_connection_is_one_line():
