@@ -39,11 +39,13 @@ def free_port() -> int:
 class NSQD:
     """`nsq nsqd` as a subprocess on free ports with a temporary data path."""
 
-    def __init__(self, *flags: str) -> None:
+    def __init__(self, *flags: str, binary: str | None = None) -> None:
+        """``binary``: another nsqd executable (Go's) taking the same flags."""
         self.data_path = tempfile.mkdtemp(prefix="nsq-bench-")
         self.tcp = f"127.0.0.1:{free_port()}"
         self.http = f"127.0.0.1:{free_port()}"
-        self.proc = subprocess.Popen([*NSQ, "nsqd", f"--tcp-address={self.tcp}", f"--http-address={self.http}",
+        argv = [binary] if binary else [*NSQ, "nsqd"]
+        self.proc = subprocess.Popen([*argv, f"--tcp-address={self.tcp}", f"--http-address={self.http}",
                                       f"--data-path={self.data_path}", *flags],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
@@ -513,3 +515,58 @@ def tree_cpu_seconds(pids: Iterable[int]) -> float:
             except (OSError, ValueError, IndexError):
                 pass
     return total
+
+
+# --- scripts/bench-ceiling's bare V2 server as a child process (scripts/bench, scripts/bench-ceiling) ---
+
+def rss_mib(pid: int) -> float:
+    """VmRSS of process ``pid`` in MiB (/proc/<pid>/status reports it in kB,
+    that is KiB)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+class BareServer:
+    """``scripts/bench-ceiling --serve PORT`` (the bare V2 framing server, one
+    event loop) as a subprocess on a free port; ``deliver_published`` adds
+    ``--deliver-published``. Its address is ``tcp``."""
+
+    def __init__(self, size: int = 200, deliver_published: bool = False) -> None:
+        port = free_port()
+        self.tcp = f"127.0.0.1:{port}"
+        argv = [sys.executable, os.path.join(ROOT, "scripts", "bench-ceiling"), "--serve", str(port),
+                "--size", str(size)]
+        if deliver_published:
+            argv.append("--deliver-published")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            self.stop()
+            sys.exit("the bare server did not start")
+
+    def __enter__(self) -> BareServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def rss_mb(self) -> float:
+        """VmRSS in MiB."""
+        return rss_mib(self.proc.pid)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
