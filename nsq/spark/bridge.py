@@ -6,25 +6,31 @@ the driver (Spark's streaming source runner), while the client is asyncio.
 thread it owns. Messages are held, not answered: each one's auto response
 is disabled and it waits in :attr:`ConsumerBridge.incoming` until the
 reader FINs or REQs it (:meth:`~ConsumerBridge.finish`,
-:meth:`~ConsumerBridge.requeue`, both safe from any thread). While held,
-every message is TOUCHed each third of the in-flight timeout, so a slow
-micro-batch does not make nsqd hand it to someone else (up to nsqd's
-``--max-msg-timeout``, after which nsqd times it out anyway).
+:meth:`~ConsumerBridge.requeue`, both safe from any thread). A message
+held long is TOUCHed about every third of the in-flight timeout, so a slow
+micro-batch does not make nsqd hand it to someone else
+(up to nsqd's ``--max-msg-timeout``, after which nsqd times it out anyway).
+The FINs (REQs, TOUCHes) of one call go out as one socket write per
+connection.
 
 ``connections`` consumers run side by side, each with one connection per
 nsqd, sharing ``max_in_flight``: nsqd caps one connection's RDY at its
-``--max-rdy-count`` (2500 by default), so this is how a micro-batch can
-hold more than that from one nsqd.
+``--max-rdy-count`` (2500 by default,
+https://nsq.io/components/nsqd.html), so this is how the source can hold
+more than that from one nsqd. By default there are just enough of them
+for ``max_in_flight`` at that cap over the nsqds known at start
+(:func:`auto_connections`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from nsq.client import Consumer, Message
 
@@ -34,6 +40,17 @@ log = logging.getLogger("nsq.spark")
 
 #: nsqd's default --msg-timeout, seconds (used to pace TOUCH when none is asked for)
 _NSQD_MSG_TIMEOUT = 60.0
+#: nsqd's default --max-rdy-count: the most one connection may have in flight
+NSQD_MAX_RDY_COUNT = 2500
+
+
+def auto_connections(max_in_flight: int, nsqds: int) -> int:
+    """Consumers needed to hold ``max_in_flight`` messages from ``nsqds``
+    nsqds (at least 1) when each connection holds at most
+    :data:`NSQD_MAX_RDY_COUNT`: ``ceil(max_in_flight / (nsqds * 2500))``,
+    at least 1."""
+    per_consumer = max(1, nsqds) * NSQD_MAX_RDY_COUNT
+    return max(1, -(-max_in_flight // per_consumer))
 
 
 class ConsumerBridge:
@@ -44,7 +61,9 @@ class ConsumerBridge:
         nsqd_tcp_addresses, lookupd_http_addresses: where (as
             :class:`~nsq.client.Consumer`).
         max_in_flight: messages held at most, over every connection.
-        connections: consumers (so connections per nsqd) to run.
+        connections: consumers (so connections per nsqd) to run; None:
+            :func:`auto_connections` over the nsqds given and those the
+            lookupds list for ``topic`` at start.
         identify: IDENTIFY fields (``msg_timeout`` ms, ``tls_v1`` ...).
         consumer_kwargs: further :class:`~nsq.client.Consumer` arguments
             (``tls_context``, ``auth_secret``, ``max_attempts`` ...).
@@ -60,7 +79,8 @@ class ConsumerBridge:
     """
 
     def __init__(self, topic: str, channel: str, nsqd_tcp_addresses: tuple[str, ...] = (),
-                 lookupd_http_addresses: tuple[str, ...] = (), max_in_flight: int = 2500, connections: int = 1,
+                 lookupd_http_addresses: tuple[str, ...] = (), max_in_flight: int = 2500,
+                 connections: int | None = 1,
                  identify: dict[str, Any] | None = None, consumer_kwargs: dict[str, Any] | None = None,
                  msg_timeout: float | None = None) -> None:
         self.topic = topic
@@ -68,14 +88,15 @@ class ConsumerBridge:
         self.nsqd_tcp_addresses = tuple(nsqd_tcp_addresses)
         self.lookupd_http_addresses = tuple(lookupd_http_addresses)
         self.max_in_flight = max_in_flight
-        self.connections = max(1, min(connections, max_in_flight))
+        self.connections = None if connections is None else max(1, min(connections, max_in_flight))
         self.identify = dict(identify or {})
         self.consumer_kwargs = dict(consumer_kwargs or {})
         self.touch_interval = (msg_timeout or _NSQD_MSG_TIMEOUT) / 3.0
         self.incoming: collections.deque[Message] = collections.deque()
         self.last_arrival = 0.0
         self.received = 0
-        self._held: set[Message] = set()
+        #: held message -> monotonic time it arrived or was last TOUCHed
+        self._held: dict[Message, float] = {}
         self._consumers: list[Consumer] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -165,6 +186,9 @@ class ConsumerBridge:
             from nsq.client.lookupd import LookupdHTTPClient
 
             self._lookupd_client = LookupdHTTPClient(user_agent=self.identify.get("user_agent"))
+        if self.connections is None:
+            self.connections = max(1, min(auto_connections(self.max_in_flight, await self._count_nsqds()),
+                                          self.max_in_flight))
         share = max(1, self.max_in_flight // self.connections)
         for _ in range(self.connections):
             consumer = Consumer(self.topic, self.channel, self._handle,
@@ -176,34 +200,74 @@ class ConsumerBridge:
         await asyncio.gather(*(c.start() for c in self._consumers))
         self._touch_task = asyncio.get_running_loop().create_task(self._touch_loop())
 
+    async def _count_nsqds(self) -> int:
+        """The nsqds given plus those the lookupds list for the topic now
+        (0 when none is known yet)."""
+        nsqds = set(self.nsqd_tcp_addresses)
+        if self._lookupd_client is not None:
+            from nsq.client.lookupd import LookupdQueryError, topic_producers
+
+            try:
+                producers = await topic_producers(self.lookupd_http_addresses, self.topic,
+                                                  client=self._lookupd_client)
+                nsqds.update(p.tcp_address for p in producers)
+            except LookupdQueryError:  # the consumers report it
+                pass
+        return len(nsqds)
+
     def _handle(self, message: Message) -> None:
         message.disable_auto_response()
         if self._closing:  # sent before nsqd saw RDY 0: give it back at once
             message.requeue(0, backoff=False)
             return
-        self._held.add(message)
+        self.last_arrival = now = time.monotonic()
+        self._held[message] = now
         self.received += 1
-        self.last_arrival = time.monotonic()
         self.incoming.append(message)
 
     def _answer(self, messages: list[Message], delay_ms: int | None) -> None:
         held = self._held
-        for message in messages:
-            held.discard(message)
-            try:
-                if delay_ms is None:
-                    message.finish()
-                else:
-                    message.requeue(delay_ms, backoff=False)
-            except Exception as exc:  # a closed connection: nsqd times it out
-                log.debug("nsq source: answer %s: %r", message.id, exc)
+        with self._coalesced_writes():
+            for message in messages:
+                held.pop(message, None)
+                try:
+                    if delay_ms is None:
+                        message.finish()
+                    else:
+                        message.requeue(delay_ms, backoff=False)
+                except Exception as exc:  # a closed connection: nsqd times it out
+                    log.debug("nsq source: answer %s: %r", message.id, exc)
+
+    @contextlib.contextmanager
+    def _coalesced_writes(self) -> Iterator[None]:
+        """Within the block, the FINs, REQs and TOUCHes sent on every
+        consumer connection go out as one write per connection
+        (:meth:`nsq.client.Connection.batched`): a batch's thousands of
+        FINs cost one socket write per nsqd connection instead of one each.
+        Loop thread only; the block must not await."""
+        with contextlib.ExitStack() as stack:
+            for consumer in self._consumers:
+                for conn in consumer.connections.values():
+                    if not conn.closed:
+                        stack.enter_context(conn.batched())
+            yield
 
     async def _touch_loop(self) -> None:
+        """Every third of the in-flight timeout, TOUCH what has been held
+        a sixth of it or more since it arrived or was last TOUCHed (so at
+        most about half the timeout passes between a message's arrival or
+        TOUCH and the next; messages answered sooner are never TOUCHed)."""
+        interval = self.touch_interval
+        held = self._held
         while True:
-            await asyncio.sleep(self.touch_interval)
-            for message in list(self._held):
-                if not message.responded:
-                    message.touch()
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            due = [m for m, since in held.items() if now - since >= interval / 2]
+            with self._coalesced_writes():
+                for message in due:
+                    if not message.responded:
+                        message.touch()
+                        held[message] = now
 
     async def _close(self, timeout: float) -> None:
         self._closing = True

@@ -37,11 +37,13 @@ __all__ = [
 
 #: channel the streaming source subscribes to when none is given
 DEFAULT_CHANNEL = "spark"
-#: messages held un-FINed by the source over all its connections (the most
-#: one micro-batch can hold; nsqd caps each connection at --max-rdy-count)
-DEFAULT_MAX_IN_FLIGHT = 10_000
-#: connections the source opens to each nsqd
-DEFAULT_CONNECTIONS = 4
+#: messages held un-FINed by the source over all its connections: the
+#: micro-batch Spark is running plus the next one, arriving meanwhile. A
+#: message is held for about two micro-batches, so rows/s stay below about
+#: max_in_flight / (2 x a micro-batch's duration). Memory of the source
+#: process: about max_in_flight x (mean body size + 0.5 KB), plus a batch's
+#: bodies about three times over while Spark plans it (Arrow, IPC, pickle)
+DEFAULT_MAX_IN_FLIGHT = 100_000
 #: messages per MPUB the sink sends
 DEFAULT_SINK_BATCH_SIZE = 500
 
@@ -122,14 +124,20 @@ class SourceSettings:
         topic, channel: what to subscribe to.
         nsqd_tcp_addresses: ``host:port`` of nsqds to connect to directly.
         lookupd_http_addresses: nsqlookupds to discover the topic's nsqds from.
-        max_in_flight: messages held un-FINed at most, over every connection.
+        max_in_flight: messages held un-FINed at most, over every connection
+            (the running micro-batch and the one gathering meanwhile); see
+            :attr:`held_limit`.
         max_messages_per_trigger: rows per micro-batch at most (None: what
             has arrived).
         num_partitions: Spark partitions per micro-batch (None: one per
             nsqd the batch came from).
         connections: connections per nsqd (nsqd caps each at its
-            ``--max-rdy-count``, 2500 by default).
-        fetch_wait: seconds ``latestOffset`` waits for a fuller batch.
+            ``--max-rdy-count``, 2500 by default); None: just enough for
+            ``max_in_flight`` at 2500 each over the nsqds known at start,
+            ``ceil(max_in_flight / (2500 * nsqds))``
+            (:func:`nsq.spark.bridge.auto_connections`).
+        fetch_wait: seconds ``latestOffset`` waits for messages when
+            (almost) none arrived while the previous batch ran.
         available_now_idle: seconds without a message after which
             ``Trigger.AvailableNow`` counts the channel as drained.
         client_options: go-nsq ``key,value`` pairs (IDENTIFY, TLS, AUTH ...).
@@ -143,11 +151,20 @@ class SourceSettings:
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     max_messages_per_trigger: int | None = None
     num_partitions: int | None = None
-    connections: int = DEFAULT_CONNECTIONS
+    connections: int | None = None
     fetch_wait: float = 0.25
     available_now_idle: float = 2.0
     client_options: tuple[str, ...] = ()
     msg_timeout: float | None = None
+
+    @property
+    def held_limit(self) -> int:
+        """Messages the source holds at most: ``max_in_flight``, or twice
+        ``max_messages_per_trigger`` when that is less (the running batch
+        and the next; more would only wait, TOUCHed, for later batches)."""
+        if self.max_messages_per_trigger:
+            return min(self.max_in_flight, 2 * self.max_messages_per_trigger)
+        return self.max_in_flight
 
     def consumer_config(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(IDENTIFY fields, Consumer keyword arguments) from the go-nsq
@@ -191,7 +208,7 @@ def source_settings(options: Mapping[str, str]) -> SourceSettings:
         max_in_flight=max_in_flight,
         max_messages_per_trigger=_int(options, "maxMessagesPerTrigger", None, 1),
         num_partitions=_int(options, "numPartitions", None, 1),
-        connections=_int(options, "connections", DEFAULT_CONNECTIONS, 1) or DEFAULT_CONNECTIONS,
+        connections=_int(options, "connections", None, 1),
         fetch_wait=_seconds(options, "fetchWait", 0.25),
         available_now_idle=_seconds(options, "availableNowIdle", 2.0),
         client_options=pairs,

@@ -7,12 +7,17 @@ At-least-once, the way NSQ does it (there are no offsets to seek to):
   (:class:`~nsq.spark.bridge.ConsumerBridge`). It connects lazily, at the
   first ``latestOffset``: the reader is also built in throwaway planning
   and executor processes.
-- Messages are held in flight (never auto-answered). ``latestOffset``
-  takes what has arrived (up to ``maxMessagesPerTrigger``) as the next
-  micro-batch and answers with an offset ``{"session": S, "seq": N}``,
-  a count of the messages this reader has handed out. ``partitions``
-  carries the batch's payloads to the executors inside the
-  :class:`NSQPartition`\\s (as Arrow); ``read`` only hands them over.
+- Messages are held in flight (never auto-answered), up to
+  ``max_in_flight`` of them: the batch Spark is running and the next one,
+  which arrives meanwhile. ``latestOffset`` takes what has arrived (up to
+  ``maxMessagesPerTrigger``) as the next micro-batch and answers with an
+  offset ``{"session": S, "seq": N}``, a count of the messages this reader
+  has handed out. ``partitions`` carries the batch's payloads to the
+  executors inside the :class:`NSQPartition`\\s (one Arrow record batch
+  each, in the IPC stream format); ``read`` yields that
+  ``pyarrow.RecordBatch`` as it is (PySpark's Python data source API takes
+  record batches from ``read``:
+  https://spark.apache.org/docs/latest/api/python/tutorial/sql/python_data_source.html).
 - A batch's messages are FINed when Spark asks for the batch after it
   (``latestOffset(start)`` with ``start`` = its end: Spark only asks once
   the batch is in its commit log), or at ``commit(end)``, whichever comes
@@ -45,7 +50,7 @@ import signal
 import threading
 import time
 import uuid
-from collections import deque
+from operator import attrgetter
 from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -80,6 +85,13 @@ _STREAM_STRUCT = StructType([
 # a batch being gathered ends once no message came for this long (seconds)
 _LINGER = 0.02
 _POLL = 0.005
+# what arrived while the previous batch ran is taken at once when it is at
+# least 1/_PIPELINED_SHARE of what the batch may hold; less (a first batch,
+# a trickle) waits for more as an empty start does
+_PIPELINED_SHARE = 8
+
+_BODY, _ID, _ATTEMPTS, _TIMESTAMP, _NSQD = (attrgetter(name) for name in
+                                            ("body", "id", "attempts", "timestamp", "nsqd_address"))
 
 
 class NSQPartition(InputPartition):
@@ -104,20 +116,56 @@ class NSQPartition(InputPartition):
         return f"NSQPartition({self.count} messages)"
 
 
-def _record_batch(topic: str, messages: list) -> Any:
-    """The Arrow record batch of ``messages`` (client Message objects)."""
+_ARROW_SCHEMA: Any = None
+
+
+def _arrow_schema() -> Any:
+    """The Arrow schema of :data:`STREAM_SCHEMA` (timestamps as µs in UTC,
+    as PySpark's ``to_arrow_schema`` gives it for the data source API)."""
+    global _ARROW_SCHEMA
+    if _ARROW_SCHEMA is None:
+        import pyarrow as pa
+
+        _ARROW_SCHEMA = pa.schema([
+            ("body", pa.binary()),
+            ("id", pa.string()),
+            ("attempts", pa.int32()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("topic", pa.string()),
+            ("nsqd", pa.string()),
+        ])
+    return _ARROW_SCHEMA
+
+
+def _record_batch(topic: str, messages: list, nsqd: str | None = None) -> Any:
+    """The Arrow record batch of ``messages`` (client Message objects),
+    schema :func:`_arrow_schema`.
+
+    One Python pass per source attribute; the rest is Arrow's: ids (16
+    ASCII hex bytes) cast from binary to string, NSQ's ns timestamps cast
+    to µs (truncated, as ``ns // 1000`` for times after 1970), ``topic``
+    (and ``nsqd`` when every message came from that one) repeated.
+    """
     import pyarrow as pa
 
+    n = len(messages)
+    schema = _arrow_schema()
+    ts_type = schema.field("timestamp").type
+    timestamps = pa.array(list(map(_TIMESTAMP, messages)), pa.timestamp("ns", tz="UTC"))
+    if nsqd is None:
+        nsqds = pa.array(list(map(_NSQD, messages)), pa.string())
+    else:
+        nsqds = pa.repeat(pa.scalar(nsqd, pa.string()), n)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([m.body for m in messages], pa.binary()),
-            pa.array([m.id.decode() for m in messages], pa.string()),
-            pa.array([m.attempts for m in messages], pa.int32()),
-            pa.array([m.timestamp // 1000 for m in messages], pa.timestamp("us", tz="UTC")),
-            pa.array([topic] * len(messages), pa.string()),
-            pa.array([m.nsqd_address for m in messages], pa.string()),
+            pa.array(list(map(_BODY, messages)), pa.binary()),
+            pa.array(list(map(_ID, messages)), pa.binary()).cast(pa.string()),
+            pa.array(list(map(_ATTEMPTS, messages)), pa.int32()),
+            timestamps.cast(ts_type, safe=False),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            nsqds,
         ],
-        names=["body", "id", "attempts", "timestamp", "topic", "nsqd"],
+        schema=schema,
     )
 
 
@@ -125,19 +173,19 @@ def _partitions(topic: str, messages: list, num_partitions: int | None) -> list[
     """Split a batch: ``num_partitions`` even slices, or one per nsqd."""
     import pyarrow as pa
 
-    groups: list[list] = []
+    groups: list[tuple[list, str | None]] = []
     if num_partitions:
         size = -(-len(messages) // num_partitions)
-        groups = [messages[i:i + size] for i in range(0, len(messages), size)]
+        groups = [(messages[i:i + size], None) for i in range(0, len(messages), size)]
     else:
         by_nsqd: dict[str, list] = {}
         for m in messages:
             by_nsqd.setdefault(m.nsqd_address, []).append(m)
-        groups = list(by_nsqd.values())
+        groups = [(group, address) for address, group in by_nsqd.items()]
     parts = []
-    for group in groups:
+    for group, address in groups:
         if group:
-            batch = _record_batch(topic, group)
+            batch = _record_batch(topic, group, address)
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, batch.schema) as writer:
                 writer.write_batch(batch)
@@ -166,7 +214,8 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._batches: dict[int, tuple[int, list]] = {}
         #: json of a start offset -> the end returned for it (idempotent replanning)
         self._planned: dict[str, dict] = {}
-        self._ready: deque = deque()
+        #: arrived, eligible, not yet in a batch (oldest first)
+        self._ready: list = []
         self._late: list = []
         self._available_now_ns: int | None = None
         self._last_eligible = 0.0
@@ -196,9 +245,15 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         """FIN the batches up to ``start`` (Spark has committed them), then
-        gather the next batch: wait up to ``fetchWait`` for
-        ``min(limit, max_in_flight)`` messages, stopping early once they
-        stop coming. Returns ``start`` when nothing arrived.
+        take the next batch, up to ``limit`` rows (``ReadMaxRows``).
+
+        The consumers keep receiving while Spark runs a batch (up to
+        :attr:`~nsq.spark.options.SourceSettings.held_limit` held in
+        all), so what arrived meanwhile is taken at once when it is at
+        least an eighth of what the batch may hold. Otherwise (the first
+        batch, a quiet topic) it waits up to ``fetchWait`` for messages,
+        stopping once none came for 20 ms or the batch is full. Returns
+        ``start`` when nothing arrived.
 
         Raises:
             OSError / ErrorResponse / ClientConfigError: the first connect
@@ -227,17 +282,23 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def _gather(self, cap: int | None) -> list:
-        bridge = self._bridge
+        """The next batch: what arrived while the previous one ran, at once;
+        when nothing did, wait for messages (see :meth:`latestOffset`)."""
         held = sum(len(ms) for _, ms in self._batches.values())
-        room = max(0, self.settings.max_in_flight - held - len(self._late))
+        room = max(0, self.settings.held_limit - held - len(self._late))
         target = min(cap or room, room) if room else 0
+        self._drain_incoming()
+        if not target or len(self._ready) * _PIPELINED_SHARE >= target:
+            return self._take(cap)
+        bridge = self._bridge
         started = time.monotonic()
         available_now = self._available_now_ns is not None
         while True:
+            time.sleep(_POLL)
             self._drain_incoming()
             now = time.monotonic()
             n = len(self._ready)
-            if target and n >= target:
+            if n >= target:
                 break
             if n and now - max(started, bridge.last_arrival, self._last_eligible) >= _LINGER:
                 break
@@ -249,22 +310,36 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     break
             elif now - started >= max(self.settings.fetch_wait, _LINGER):
                 break
-            if not target:  # everything held: nothing more can come
-                break
-            time.sleep(_POLL)
-        take = min(len(self._ready), cap) if cap else len(self._ready)
-        return [self._ready.popleft() for _ in range(take)]
+        return self._take(cap)
+
+    def _take(self, cap: int | None) -> list:
+        ready = self._ready
+        take = min(len(ready), cap) if cap else len(ready)
+        batch = ready[:take]
+        del ready[:take]
+        return batch
 
     def _drain_incoming(self) -> None:
         incoming = self._bridge.incoming
+        n = len(incoming)  # the loop thread only appends: these n are there to pop
+        if not n:
+            return
+        pop = incoming.popleft
         cutoff = self._available_now_ns
-        while incoming:
-            m = incoming.popleft()
-            if cutoff is not None and m.timestamp > cutoff:
+        if cutoff is None:
+            self._ready.extend([pop() for _ in range(n)])
+            self._last_eligible = time.monotonic()
+            return
+        eligible = False
+        for _ in range(n):
+            m = pop()
+            if m.timestamp > cutoff:
                 self._late.append(m)
             else:
                 self._ready.append(m)
-                self._last_eligible = time.monotonic()
+                eligible = True
+        if eligible:
+            self._last_eligible = time.monotonic()
 
     def _finish_through(self, seq: int) -> None:
         done = [end for end in self._batches if end <= seq]
@@ -282,7 +357,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         s = self.settings
         identify, kwargs = s.consumer_config()
         bridge = ConsumerBridge(s.topic, s.channel, s.nsqd_tcp_addresses, s.lookupd_http_addresses,
-                                max_in_flight=s.max_in_flight, connections=s.connections, identify=identify,
+                                max_in_flight=s.held_limit, connections=s.connections, identify=identify,
                                 consumer_kwargs=kwargs, msg_timeout=s.msg_timeout)
         bridge.start()
         self._bridge = bridge

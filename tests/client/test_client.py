@@ -137,3 +137,40 @@ async def test_disable_auto_response_and_close_waits_for_in_flight(nsqd):
     await task
     await wait_for(lambda: not ch.clients)
     assert not ch.in_flight and ch.requeue_count == 0 and ch.timeout_count == 0
+
+
+async def test_connection_batched_sends_fins_in_one_write(nsqd):
+    held = []
+
+    def handler(msg):
+        msg.disable_auto_response()
+        held.append(msg)
+
+    c = Consumer("t", "c", handler, [nsqd.tcp_address], max_in_flight=50)
+    await c.start()
+    async with Producer(nsqd.tcp_address) as p:
+        await p.multi_publish("t", [b"m%d" % i for i in range(20)])
+    await wait_for(lambda: len(held) == 20)
+    ch = nsqd.topics["t"].channels["c"]
+    conn = next(iter(c.connections.values()))
+    sent = []
+    transport = conn._transport
+    real_write = transport.write
+
+    with conn.batched():
+        with conn.batched():  # nested: the outer block writes
+            for m in held[:10]:
+                m.finish()
+        for m in held[10:]:
+            m.requeue(0, backoff=False)
+        transport.write = sent.append  # nothing reaches the socket inside the block
+        await asyncio.sleep(0.05)
+        assert sent == [] and len(ch.in_flight) == 20
+        transport.write = real_write
+    await wait_for(lambda: ch.requeue_count == 10)
+    await wait_for(lambda: len(held) == 30)  # the 10 requeued came back
+    for m in held[20:]:
+        m.finish()
+    await wait_for(lambda: not ch.in_flight)
+    assert ch.message_count == 20 and ch.requeue_count == 10
+    await c.close(timeout=5)
