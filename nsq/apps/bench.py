@@ -252,17 +252,17 @@ def run_latency(opts: BenchOptions, progress: Progress | None = None) -> Latency
     Raises:
         BenchError: could not connect, or nsqd answered an error.
     """
-    if opts.until == "ok":
-        return _run_pub_ok(opts, progress)
-    consumer = _dial(opts.nsqd_tcp_address)
+    consumer = None if opts.until == "ok" else _dial(opts.nsqd_tcp_address)
     producer = _dial(opts.nsqd_tcp_address)
     try:
         creader, preader = FrameReader(), FrameReader()
-        consumer.sendall(MAGIC_V2 + _identify("bench_latency") + commands.sub(opts.topic, opts.channel)
-                         + commands.rdy(1))
+        if consumer is not None:
+            consumer.sendall(MAGIC_V2 + _identify("bench_latency") + commands.sub(opts.topic, opts.channel)
+                             + commands.rdy(1))
         producer.sendall(MAGIC_V2 + _identify("bench_latency"))
-        for _ in range(2):
-            _response(consumer, creader)
+        if consumer is not None:
+            for _ in range(2):
+                _response(consumer, creader)
         _response(producer, preader)
         _sleep_until_deadline("bench_latency", opts.deadline)
         cmd = commands.pub(opts.topic, bytes(opts.size))
@@ -274,44 +274,14 @@ def run_latency(opts: BenchOptions, progress: Progress | None = None) -> Latency
         while True:
             t0 = clock()
             producer.sendall(cmd)
-            msg_id = _next_message(consumer, creader)
-            t1 = clock()
-            samples.append(t1 - t0)
-            consumer.sendall(commands.fin(msg_id))
-            _response(producer, preader)  # PUB's OK
-            if progress is not None and t1 >= next_progress:
-                next_progress = t1 + 100_000_000
-                progress((t1 - start) / 1e9, len(samples))
-            if t1 >= end:
-                break
-        duration = clock() - start
-    finally:
-        consumer.close()
-        producer.close()
-    if progress is not None:
-        progress(duration / 1e9, len(samples))
-    return LatencyResult(duration, samples)
-
-
-def _run_pub_ok(opts: BenchOptions, progress: Progress | None) -> LatencyResult:
-    """PUB -> OK round trips on one connection for ``opts.runfor``."""
-    producer = _dial(opts.nsqd_tcp_address)
-    try:
-        reader = FrameReader()
-        producer.sendall(MAGIC_V2 + _identify("bench_latency"))
-        _response(producer, reader)
-        _sleep_until_deadline("bench_latency", opts.deadline)
-        cmd = commands.pub(opts.topic, bytes(opts.size))
-        samples: list[int] = []
-        clock = time.perf_counter_ns
-        start = clock()
-        end = start + int(opts.runfor * 1e9)
-        next_progress = start
-        while True:
-            t0 = clock()
-            producer.sendall(cmd)
-            _response(producer, reader)
-            t1 = clock()
+            if consumer is None:
+                _response(producer, preader)  # PUB's OK
+                t1 = clock()
+            else:
+                msg_id = _next_message(consumer, creader)
+                t1 = clock()
+                consumer.sendall(commands.fin(msg_id))
+                _response(producer, preader)  # PUB's OK
             samples.append(t1 - t0)
             if progress is not None and t1 >= next_progress:
                 next_progress = t1 + 100_000_000
@@ -320,6 +290,8 @@ def _run_pub_ok(opts: BenchOptions, progress: Progress | None) -> LatencyResult:
                 break
         duration = clock() - start
     finally:
+        if consumer is not None:
+            consumer.close()
         producer.close()
     if progress is not None:
         progress(duration / 1e9, len(samples))
