@@ -84,11 +84,7 @@ class NSQD:
 
     def rss_mb(self) -> float:
         """VmRSS of the nsqd process in MB (MiB, as /proc reports kB)."""
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        raise RuntimeError("no VmRSS")
+        return rss_mib(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

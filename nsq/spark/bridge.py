@@ -33,6 +33,7 @@ import time
 from typing import Any, Iterator
 
 from nsq.client import Consumer, Message
+from nsq.protocol.v2 import Limits
 
 __all__ = ["ConsumerBridge"]
 
@@ -41,7 +42,7 @@ log = logging.getLogger("nsq.spark")
 #: nsqd's default --msg-timeout, seconds (used to pace TOUCH when none is asked for)
 _NSQD_MSG_TIMEOUT = 60.0
 #: nsqd's default --max-rdy-count: the most one connection may have in flight
-NSQD_MAX_RDY_COUNT = 2500
+NSQD_MAX_RDY_COUNT = Limits().max_rdy_count
 
 
 def auto_connections(max_in_flight: int, nsqds: int) -> int:

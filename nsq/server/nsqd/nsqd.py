@@ -535,21 +535,21 @@ class NSQD(Draining):
         """Write now, not at the end of this loop turn, the output pending
         for every client (in the order it became pending: messages a PUB
         delivered go out before its OK), then ``client``'s."""
-        dirty = self._dirty
         if client.out and not client.dirty:
             client.dirty = True
-            dirty.append(client)
-        if dirty:
-            self._dirty = []  # a flush already scheduled finds nothing left
-            for c in dirty:
-                c.flush()
+            self._dirty.append(client)
+        self._write_dirty()  # a flush already scheduled finds nothing left
 
     def _flush_all(self) -> None:
         self._flush_scheduled = False
+        self._write_dirty()
+
+    def _write_dirty(self) -> None:
         dirty = self._dirty
-        self._dirty = []
-        for client in dirty:
-            client.flush()
+        if dirty:
+            self._dirty = []
+            for client in dirty:
+                client.flush()
 
     # -- timers ------------------------------------------------------------------
 
