@@ -34,6 +34,7 @@ Commands are tuples whose first item is one of the ``CMD_*`` constants::
 from __future__ import annotations
 
 import json
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -109,6 +110,8 @@ MAX_LINE_LENGTH = 16 * 1024
 LINE_TOO_LONG = "failed to read command - bufio: buffer full"
 
 _LEN = struct.Struct(">i")
+#: back-to-back ``FIN <16-byte id>\n`` commands (an id never holds a newline)
+_FIN_RUN = re.compile(rb"(?:FIN [^\n]{16}\n)+")
 _MAGIC_PENDING = -1
 
 
@@ -255,18 +258,15 @@ class V2ServerParser:
                 # a consumer's FINs arrive back to back, so take every one
                 # that follows as well: (CMD_FIN_MANY, [id, ...])
                 self._need = 0
-                first = bytes(buf[pos + 4:nl])
                 p = nl + 1
-                end = len(buf) - 21
-                if p > end or not buf.startswith(b"FIN ", p) or buf[p + 20] != 10:
+                if len(buf) - p < 21 or not buf.startswith(b"FIN ", p):
                     self._pos = p
-                    return (CMD_FIN, first)
-                ids = [first]
-                append = ids.append
-                while p <= end and buf.startswith(b"FIN ", p) and buf[p + 20] == 10:
-                    append(bytes(buf[p + 4:p + 20]))
-                    p += 21
-                self._pos = p
+                    return (CMD_FIN, bytes(buf[pos + 4:nl]))
+                end = _FIN_RUN.match(buf, pos).end()  # type: ignore[union-attr]  # matches: line checked
+                self._pos = end
+                ids = bytes(buf[pos + 4:end - 1]).split(b"\nFIN ")
+                if len(ids) == 1:
+                    return (CMD_FIN, ids[0])
                 return (CMD_FIN_MANY, ids)
             if nl < 0:
                 if avail >= MAX_LINE_LENGTH:

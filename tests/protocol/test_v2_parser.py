@@ -505,3 +505,15 @@ def test_fin_batch_before_subscribe_is_still_refused():
     p.feed(MAGIC_V2 + c.fin(b"a" * 16) + c.fin(b"b" * 16))
     with pytest.raises(ClientError, match="cannot FIN in current state"):
         p.next_command()
+
+
+def test_fin_batch_never_takes_a_newline_inside_an_id():
+    """``FIN 0123\\n<11 bytes>\\n`` after a FIN is a line with a 4-byte id,
+    as Go reads it (fatal E_INVALID), not a 16-byte id holding a newline."""
+    p = V2ServerParser()
+    p.feed(MAGIC_V2 + SUB + c.fin(b"a" * 16) + b"FIN 0123\n456789abcde\n")
+    assert p.next_command()[0] != CMD_FIN
+    assert p.next_command() == (CMD_FIN, b"a" * 16)
+    with pytest.raises(ClientError) as info:
+        p.next_command()
+    assert info.value.wire_text() == "E_INVALID Invalid Message ID"
