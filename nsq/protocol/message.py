@@ -132,11 +132,7 @@ class IDFactory:
         """
         ts = now_ns >> 20
         if ts > self._last_ts:
-            self._last_ts = ts
-            self._seq = 0
-            base = ((ts - _TWEPOCH) << 22) | (self.node_id << 12)
-            self._prefix = b"%016x" % base
-            self._prefix = self._prefix[:13]
+            self._new_window(ts)
         # a clock that went backwards keeps using the last window
         seq = self._seq
         n = min(count, 4096 - seq)
@@ -144,3 +140,22 @@ class IDFactory:
         out = [prefix + _SEQ_HEX[s] for s in range(seq, seq + n)]
         self._seq = seq + n
         return out
+
+    def new_id(self, now_ns: int) -> bytes | None:
+        """One new 16-byte hex ID for time ``now_ns`` (ns), as
+        :meth:`new_ids` with ``count=1``; None when the window's 4096
+        sequence numbers are used up."""
+        ts = now_ns >> 20
+        if ts > self._last_ts:
+            self._new_window(ts)
+        seq = self._seq
+        if seq >= 4096:
+            return None
+        self._seq = seq + 1
+        return self._prefix + _SEQ_HEX[seq]
+
+    def _new_window(self, ts: int) -> None:
+        self._last_ts = ts
+        self._seq = 0
+        base = ((ts - _TWEPOCH) << 22) | (self.node_id << 12)
+        self._prefix = (b"%016x" % base)[:13]

@@ -6,8 +6,18 @@ channel uses of a V2 client)."""
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
+from nsq.server.nsqd.message import ATTEMPTS, BODY, ID
 from nsq.server.nsqd.topic import Topic
+
+
+class Delivered(NamedTuple):
+    """What a message frame a channel sent carries."""
+
+    id: bytes
+    body: bytes
+    attempts: int
 
 
 class Consumer:
@@ -25,7 +35,7 @@ class Consumer:
         self.id = id(self)
 
     def send_messages(self, msgs) -> None:
-        self.received += msgs
+        self.received += [Delivered(m[ID], m[BODY], m[ATTEMPTS]) for m in msgs]
         self.in_flight_count += len(msgs)
 
     def timed_out_message(self) -> None:

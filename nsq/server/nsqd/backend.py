@@ -39,10 +39,13 @@ class BackendQueue:
             is full; publishers check it to refuse before accepting anything.
         error: why the last write failed (a full or failing disk), None
             while writes succeed.
+        depth: records stored (a plain attribute: delivery reads it per
+            message batch).
     """
 
     accepts_overflow = True
     error: str | None = None
+    depth: int = 0
 
     def put(self, record: bytes) -> None:
         """Store one encoded message. Raises :class:`BackendFull` if it cannot."""
@@ -82,11 +85,6 @@ class BackendQueue:
         position (``GET /channel/peek``); [] for a backend that keeps none."""
         return []
 
-    @property
-    def depth(self) -> int:
-        """Records stored."""
-        raise NotImplementedError
-
     def empty(self) -> None:
         """Drop every record."""
         raise NotImplementedError
@@ -112,10 +110,6 @@ class DiscardBackend(BackendQueue):
     def read(self) -> bytes | None:
         return None
 
-    @property
-    def depth(self) -> int:
-        return 0
-
     def empty(self) -> None:
         return None
 
@@ -130,10 +124,6 @@ class NoDiskBackend(BackendQueue):
 
     def read(self) -> bytes | None:
         return None
-
-    @property
-    def depth(self) -> int:
-        return 0
 
     def empty(self) -> None:
         return None

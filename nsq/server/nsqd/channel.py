@@ -22,7 +22,20 @@ from nsq.protocol.message import encode_message
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
 from nsq.server.nsqd.deadletter import dead_letter_topic
-from nsq.server.nsqd.message import Entry, Message, decode_entries, encode_entries, entry
+from nsq.server.nsqd.message import (
+    ATTEMPTS,
+    BODY,
+    CLIENT,
+    DEADLINE,
+    DELIVERED,
+    ID,
+    TIMESTAMP,
+    Entry,
+    Message,
+    decode_entries,
+    encode_entries,
+    entry,
+)
 from nsq.server.nsqd.quantile import WindowedQuantile
 
 if TYPE_CHECKING:
@@ -315,12 +328,9 @@ class Channel:
                 return
         batch = []
         append = batch.append
-        for e in entries:
-            msg = Message(e[0], e[1], e[2], e[3] + 1)
-            msg.client = client
-            msg.deadline = deadline
-            msg.delivered = now
-            in_flight[msg.id] = msg
+        for msg_id, body, ts, attempts, _ in entries:
+            msg = [msg_id, body, ts, attempts + 1, client, deadline, now]  # a Message
+            in_flight[msg_id] = msg
             append(msg)
         heapq.heappush(self._in_flight_pq, (deadline, next(_seq), batch))
         self._pq_refs += len(batch)
@@ -345,9 +355,9 @@ class Channel:
         """
         by_deadline: dict[float, list[Message]] = {}
         for msg in self.in_flight.values():
-            batch = by_deadline.get(msg.deadline)
+            batch = by_deadline.get(msg[DEADLINE])
             if batch is None:
-                by_deadline[msg.deadline] = [msg]
+                by_deadline[msg[DEADLINE]] = [msg]
             else:
                 batch.append(msg)
         pq = [(deadline, next(_seq), batch) for deadline, batch in by_deadline.items()]
@@ -371,10 +381,10 @@ class Channel:
         msg = self.in_flight.get(msg_id)
         if msg is None:
             raise ChannelError("ID not in flight")
-        if msg.client is not client:
+        if msg[CLIENT] is not client:
             raise ChannelError("client does not own message")
         del self.in_flight[msg_id]
-        msg.client = None
+        msg[CLIENT] = None
         return msg
 
     def finish(self, client: ClientV2, msg_id: bytes) -> None:
@@ -383,13 +393,33 @@ class Channel:
         ``FinishMessage``). Raises :class:`ChannelError`."""
         msg = self._pop_in_flight(client, msg_id)
         if self.e2e is not None:
-            self.e2e.insert(msg.timestamp)
+            self.e2e.insert(msg[TIMESTAMP])
+
+    def finish_many(self, client: ClientV2, msg_ids: list[bytes]) -> list[tuple[bytes, str]]:
+        """:meth:`finish` of each id in order (a consumer's FINs read
+        together). Returns ``(id, reason)`` for each one that failed,
+        in order; the others are done."""
+        in_flight = self.in_flight
+        e2e = self.e2e
+        failed = []
+        for msg_id in msg_ids:
+            msg = in_flight.get(msg_id)
+            if msg is None:
+                failed.append((msg_id, "ID not in flight"))
+            elif msg[CLIENT] is not client:
+                failed.append((msg_id, "client does not own message"))
+            else:
+                del in_flight[msg_id]
+                msg[CLIENT] = None
+                if e2e is not None:
+                    e2e.insert(msg[TIMESTAMP])
+        return failed
 
     def requeue(self, client: ClientV2, msg_id: bytes, timeout_ms: int) -> None:
         """REQ: back to the queue now (0) or after ``timeout_ms``."""
         msg = self._pop_in_flight(client, msg_id)
         self.requeue_count += 1
-        if self.max_attempts and msg.attempts >= self.max_attempts and self._dead_letter(msg):
+        if self.max_attempts and msg[ATTEMPTS] >= self.max_attempts and self._dead_letter(msg):
             return
         if timeout_ms > 0:
             self._defer(entry(msg), time.monotonic() + timeout_ms / 1000.0)
@@ -401,13 +431,13 @@ class Channel:
         msg = self.in_flight.get(msg_id)
         if msg is None:
             raise ChannelError("ID not in flight")
-        if msg.client is not client:
+        if msg[CLIENT] is not client:
             raise ChannelError("client does not own message")
         deadline = time.monotonic() + msg_timeout
-        cap = msg.delivered + self.nsqd.options.max_msg_timeout
+        cap = msg[DELIVERED] + self.nsqd.options.max_msg_timeout
         if deadline > cap:
             deadline = cap  # as Go: never past delivery + --max-msg-timeout
-        msg.deadline = deadline
+        msg[DEADLINE] = deadline
         heapq.heappush(self._in_flight_pq, (deadline, next(_seq), [msg]))
         self._pq_refs += 1
         if self._pq_refs > self._pq_limit:
@@ -433,10 +463,10 @@ class Channel:
                           self.topic.name, self.name, self.nsqd.options.dead_letter_topic)
             return False
         try:
-            self.nsqd.get_topic(name).put_entries([(msg.id, msg.body, msg.timestamp, 0, 0)])
+            self.nsqd.get_topic(name).put_entries([(msg[ID], msg[BODY], msg[TIMESTAMP], 0, 0)])
         except NSQError as exc:
             log.error("CHANNEL(%s:%s): failed to dead-letter %s to %s, requeueing - %s",
-                      self.topic.name, self.name, msg.id.decode("latin-1"), name, exc)
+                      self.topic.name, self.name, msg[ID].decode("latin-1"), name, exc)
             return False
         self.dead_letter_count += 1
         return True
@@ -460,14 +490,14 @@ class Channel:
             _, _, batch = heapq.heappop(pq)
             self._pq_refs -= len(batch)
             for msg in batch:
-                if in_flight.get(msg.id) is msg and msg.deadline <= now:
-                    del in_flight[msg.id]
-                    client = msg.client
-                    msg.client = None
+                if in_flight.get(msg[ID]) is msg and msg[DEADLINE] <= now:
+                    del in_flight[msg[ID]]
+                    client = msg[CLIENT]
+                    msg[CLIENT] = None
                     self.timeout_count += 1
                     if client is not None:
                         client.timed_out_message()
-                    if not (self.max_attempts and msg.attempts >= self.max_attempts and self._dead_letter(msg)):
+                    if not (self.max_attempts and msg[ATTEMPTS] >= self.max_attempts and self._dead_letter(msg)):
                         self._requeue(msg)
                     changed = True
         dpq = self._deferred_pq
@@ -545,7 +575,7 @@ class Channel:
         In-flight messages keep their attempts. Returns how many were written.
         """
         msgs = list(self.queue)
-        msgs += map(entry, sorted(self.in_flight.values(), key=lambda m: m.deadline))
+        msgs += map(entry, sorted(self.in_flight.values(), key=lambda m: m[DEADLINE]))
         if self.deferred_log is None:
             # as Go: deferred messages go to the disk queue (losing their delay)
             msgs += [item[2] for item in sorted(self.deferred.values())]

@@ -111,6 +111,8 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         #: commands other than IDENTIFY need TLS first (--tls-required true/tcp-https)
         self._tls_policy = nsqd.tls_required != "false"
         self._auth_enabled = bool(opts.auth_http_addresses)
+        #: nsqd's owed fsyncs (--sync-every=1), tested after each command
+        self._owed = nsqd.disk.owed
         self._retry: tuple | None = None
         self._lost = False
         self.last_recv = 0.0
@@ -234,6 +236,9 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         parser = self.parser
         handlers = self._handlers
         nsqd = self.nsqd
+        # a small read writes at its end (flush_now): what its commands make
+        # for any client needs no end-of-turn callback meanwhile
+        held = small and nsqd.hold_flush()
         while not self.closed:
             cmd = None
             try:
@@ -255,13 +260,13 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
             except ClientError as exc:
                 self._client_error(exc)
                 if exc.fatal:
-                    return
+                    break
             except Exception:
                 # a bug must cost one connection, never the daemon
                 log.exception("[%s] internal error handling a command, closing", self.remote_address)
                 self.close()
-                return
-            if nsqd.sync_owed:
+                break
+            if self._owed:
                 # --sync-every=1: what this command wrote must be fsynced (in
                 # the disk thread) before its answer goes out and before the
                 # next command runs; other clients go on meanwhile
@@ -273,10 +278,10 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
             # FIN/REQ freed RDY slots: refill them in one batch per read,
             # not one pump per FIN
             self._freed = False
-            if self.channel is not None and self.in_flight_count < self.ready_count:
+            if self.channel is not None and self.in_flight_count < self.ready_count and not self.closed:
                 self.channel.client_ready(self)
         if small:
-            nsqd.flush_now(self)
+            nsqd.flush_now(self, held)
         else:
             self._mark_dirty()
 
@@ -418,10 +423,9 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         """Append message frames for ``msgs`` (already marked in flight)."""
         out = self.out
         pack = _MSG_FRAME_HDR.pack
-        for msg in msgs:
-            body = msg.body
-            out += pack(len(body) + 30, 2, msg.timestamp, msg.attempts)
-            out += msg.id
+        for msg_id, body, ts, attempts, _, _, _ in msgs:
+            out += pack(len(body) + 30, 2, ts, attempts)
+            out += msg_id
             out += body
         n = len(msgs)
         self.in_flight_count += n
@@ -498,10 +502,12 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         if self._auth_enabled:
             self._check_auth("PUB", topic, "")
         try:
-            self.nsqd.get_topic(topic).publish([body])
+            self.nsqd.get_topic(topic).publish_one(body)
         except TopicFull as exc:
             raise ClientError(E_PUB_FAILED, f"PUB failed {exc}") from None
-        self._published(topic, 1)
+        counts = self.pub_counts
+        counts[topic] = counts.get(topic, 0) + 1
+        self.out += _OK_FRAME
 
     def _mpub(self, cmd: tuple) -> None:
         _, topic, bodies = cmd
@@ -518,7 +524,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         if self._auth_enabled:
             self._check_auth("DPUB", topic, "")
         try:
-            self.nsqd.get_topic(topic).publish([body], defer_ms=defer_ms)
+            self.nsqd.get_topic(topic).publish_one(body, defer_ms)
         except TopicFull as exc:
             raise ClientError(E_DPUB_FAILED, f"DPUB failed {exc}") from None
         self._published(topic, 1)
@@ -539,17 +545,11 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
 
     def _fin_many(self, cmd: tuple) -> None:
         # the same as one _fin per id, in order, without a parser round trip each
-        channel = self.channel
-        finish = channel.finish  # type: ignore[union-attr]
-        done = 0
         _, msg_ids = cmd
-        for msg_id in msg_ids:
-            try:
-                finish(self, msg_id)
-            except ChannelError as exc:
-                self._client_error(ClientError(E_FIN_FAILED, f"FIN {msg_id.decode('latin-1')} failed {exc}"))
-                continue
-            done += 1
+        failed = self.channel.finish_many(self, msg_ids)  # type: ignore[union-attr]
+        for msg_id, reason in failed:
+            self._client_error(ClientError(E_FIN_FAILED, f"FIN {msg_id.decode('latin-1')} failed {reason}"))
+        done = len(msg_ids) - len(failed)
         if done:
             self.finish_count += done
             self.in_flight_count -= done

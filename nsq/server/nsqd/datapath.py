@@ -45,7 +45,10 @@ class DataPath:
         self._set_health = set_health
         self._healthy = healthy
         self.queues: set = set()
-        self._strict: set = set()
+        #: queues written under --sync-every=1 and not synced yet: truthy
+        #: while an fsync is owed (the same set for the daemon's life, so a
+        #: connection may hold it and test it per command)
+        self.owed: set = set()
         self._thread = None
         self._lock: DirLock | None = None
 
@@ -128,14 +131,14 @@ class DataPath:
 
     def _strict_write(self, queue) -> None:
         """A queue wrote under --sync-every=1 and must be synced before OK."""
-        if not self._strict:
+        if not self.owed:
             asyncio.get_running_loop().call_soon(self._sync_strict_leftovers)
-        self._strict.add(queue)
+        self.owed.add(queue)
 
     @property
     def sync_owed(self) -> bool:
         """True if a --sync-every=1 write awaits its fsync (checked per command)."""
-        return bool(self._strict)
+        return bool(self.owed)
 
     def durability_barrier(self) -> asyncio.Future | None:
         """Start the syncs owed since the last call; None if none are owed.
@@ -144,14 +147,14 @@ class DataPath:
         returned future is done; other clients go on meanwhile. The future
         fails with OSError if a sync failed.
         """
-        if not self._strict:
+        if not self.owed:
             return None
         futures = []
-        for queue in self._strict:
+        for queue in self.owed:
             fut = queue.sync_in_background()
             if fut is not None:
                 futures.append(asyncio.wrap_future(fut))
-        self._strict.clear()
+        self.owed.clear()
         if not futures:
             return None
         return asyncio.gather(*futures)

@@ -95,6 +95,7 @@ class DiskQueue(BackendQueue):
     """A FIFO of byte records in go-diskqueue files.
 
     Attributes (the persisted state; read-only for callers):
+        depth: records stored and not yet read.
         read_file_num, read_pos: where the next record is read.
         write_file_num, write_pos: where the next record is appended.
     """
@@ -115,7 +116,7 @@ class DiskQueue(BackendQueue):
         self.read_pos = 0
         self.write_file_num = 0
         self.write_pos = 0
-        self._depth = 0
+        self.depth = 0
 
         self._closed = False
         self._dirty = False  # state changed since the last sync
@@ -147,11 +148,6 @@ class DiskQueue(BackendQueue):
         self._retrieve_meta()
 
     # ----------------------------------------------------------- public API
-
-    @property
-    def depth(self) -> int:
-        """Records stored and not yet read."""
-        return self._depth
 
     @property
     def needs_sync(self) -> bool:
@@ -237,7 +233,7 @@ class DiskQueue(BackendQueue):
                 exc.stored = done
                 raise exc from e
             self.write_pos += len(data)
-            self._depth += end - done
+            self.depth += end - done
             self._dirty = True
             self._writes_since_sync += end - done
             done = end
@@ -300,7 +296,7 @@ class DiskQueue(BackendQueue):
             payload = self._rbuf[off + 4:off + 4 + size]
 
             self.read_pos = end
-            self._depth -= 1
+            self.depth -= 1
             self._dirty = True
             if completed and end >= limit:
                 self._advance_read_file()
@@ -461,7 +457,7 @@ class DiskQueue(BackendQueue):
                 if self._data_re.fullmatch(fn) or (fn.startswith(meta_base + ".") and fn.endswith(".tmp")):
                     self._remove(os.path.join(self.data_path, fn))
             self._remove(self._meta_path)
-        self._depth = 0
+        self.depth = 0
 
     # ------------------------------------------------------------ internals
 
@@ -600,14 +596,14 @@ class DiskQueue(BackendQueue):
         """
         if (self.read_file_num, self.read_pos) < (self.write_file_num, self.write_pos):
             return
-        if self._depth != 0:
-            if self._depth < 0:
+        if self.depth != 0:
+            if self.depth < 0:
                 logger.error("DISKQUEUE(%s) negative depth at tail (%d), metadata corruption, "
-                             "resetting 0...", self.name, self._depth)
+                             "resetting 0...", self.name, self.depth)
             else:
                 logger.error("DISKQUEUE(%s) positive depth at tail (%d), data loss, resetting 0...",
-                             self.name, self._depth)
-            self._depth = 0
+                             self.name, self.depth)
+            self.depth = 0
             self._dirty = True
         if self.read_file_num != self.write_file_num or self.read_pos != self.write_pos:
             if self.read_file_num > self.write_file_num:
@@ -631,11 +627,11 @@ class DiskQueue(BackendQueue):
         self.write_pos = 0
         self.read_file_num = self.write_file_num
         self.read_pos = 0
-        self._depth = 0
+        self.depth = 0
         self._dirty = True
 
     def _meta_text(self) -> bytes:
-        return format_meta(self._depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos)
+        return format_meta(self.depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos)
 
     def _persist_meta(self) -> None:
         self._write_meta(self._meta_text())
@@ -664,7 +660,7 @@ class DiskQueue(BackendQueue):
                          self.name, self._meta_path, raw[:80])
             self._recover_from_files()
             return
-        self._depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos = vals
+        self.depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos = vals
         self._check_tail_corruption()
 
     def _recover_from_files(self) -> None:
@@ -674,13 +670,13 @@ class DiskQueue(BackendQueue):
         if found is None:
             logger.warning("DISKQUEUE(%s) no data files, starting empty", self.name)
             return
-        self._depth, self.read_file_num, self.write_file_num, self.write_pos = found
+        self.depth, self.read_file_num, self.write_file_num, self.write_pos = found
         self.read_pos = 0
         self._dirty = True
         logger.warning("DISKQUEUE(%s) rebuilt metadata from data files: depth %d, read %d,%d, write %d,%d",
-                       self.name, self._depth, self.read_file_num, self.read_pos,
+                       self.name, self.depth, self.read_file_num, self.read_pos,
                        self.write_file_num, self.write_pos)
 
     def __repr__(self) -> str:
-        return (f"<DiskQueue {self.name!r} depth={self._depth} read={self.read_file_num},{self.read_pos} "
+        return (f"<DiskQueue {self.name!r} depth={self.depth} read={self.read_file_num},{self.read_pos} "
                 f"write={self.write_file_num},{self.write_pos}>")

@@ -4,8 +4,8 @@ A message waiting in a topic or channel memory queue is a plain tuple, an
 :data:`Entry` ``(id, body, timestamp, attempts, defer_ms)``: immutable, so
 every channel shares the same entries, and untracked by CPython's cycle
 collector once it has seen them (a queue of a million entries costs the
-collector nothing). A :class:`Message` object is made only when a message
-is delivered (in flight) or deferred, where it carries mutable state.
+collector nothing). A :data:`Message` list is made only when a message is
+delivered (in flight), where it carries mutable state.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from nsq.protocol.message import decode_message
 
 log = logging.getLogger("nsq.nsqd")
 
-__all__ = ["Entry", "Message", "entry", "encode_entries", "decode_entries"]
+__all__ = ["Entry", "Message", "ID", "BODY", "TIMESTAMP", "ATTEMPTS", "CLIENT", "DEADLINE", "DELIVERED", "entry",
+           "encode_entries", "decode_entries"]
 
 _MSG_HDR = struct.Struct(">qH")
 
@@ -27,34 +28,22 @@ _MSG_HDR = struct.Struct(">qH")
 Entry = tuple[bytes, bytes, int, int, int]
 
 
-class Message:
-    """A message in flight to a client (queued ones are :data:`Entry` tuples).
-
-    Attributes:
-        id: 16 ASCII hex bytes (Go: nsqd/guid.go ``Hex``).
-        body: payload bytes, shared between the channel copies.
-        timestamp: ns since the epoch when nsqd accepted it.
-        attempts: deliveries so far, this one included.
-        client: the client it is in flight to, or None once answered.
-        deadline: monotonic s at which it times out.
-        delivered: monotonic s of the last delivery (caps TOUCH).
-    """
-
-    __slots__ = ("id", "body", "timestamp", "attempts", "client", "deadline", "delivered")
-
-    def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0) -> None:
-        self.id = msg_id
-        self.body = body
-        self.timestamp = timestamp
-        self.attempts = attempts
-        self.client = None
-        self.deadline = 0.0
-        self.delivered = 0.0
+#: A message in flight to a client: a list ``[id, body, timestamp,
+#: attempts, client, deadline, delivered]`` (made per delivery, so a list
+#: display, not an object with an ``__init__``: a third of the cost),
+#: indexed by the constants below. id: 16 ASCII hex bytes (Go:
+#: nsqd/guid.go ``Hex``); body: payload bytes, shared between the channel
+#: copies; timestamp: ns since the epoch when nsqd accepted it; attempts:
+#: deliveries so far, this one included; client: the client it is in
+#: flight to, or None once answered; deadline: monotonic s at which it
+#: times out; delivered: monotonic s of the last delivery (caps TOUCH).
+Message = list
+ID, BODY, TIMESTAMP, ATTEMPTS, CLIENT, DEADLINE, DELIVERED = range(7)
 
 
 def entry(msg: Message) -> Entry:
     """The queue entry for ``msg`` (its delay dropped: it has been applied)."""
-    return (msg.id, msg.body, msg.timestamp, msg.attempts, 0)
+    return (msg[ID], msg[BODY], msg[TIMESTAMP], msg[ATTEMPTS], 0)
 
 
 def encode_entries(entries: list[Entry]) -> list[bytes]:

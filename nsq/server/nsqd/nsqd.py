@@ -527,18 +527,36 @@ class NSQD(Draining):
         """Flush ``client``'s output buffer at the end of this loop turn."""
         self._dirty.append(client)
         if not self._flush_scheduled:
-            self._flush_scheduled = True
-            assert self._loop is not None
-            self._loop.call_soon(self._flush_all)
+            self._schedule_flush_all()
 
-    def flush_now(self, client: ClientV2) -> None:
+    def hold_flush(self) -> bool:
+        """Start a small read whose end calls :meth:`flush_now`: until then
+        :meth:`schedule_flush` only records dirty clients (no loop callback
+        per request). Returns True if the caller must pass ``held=True`` to
+        :meth:`flush_now` (False: a flush was already scheduled)."""
+        if self._flush_scheduled:
+            return False
+        self._flush_scheduled = True
+        return True
+
+    def flush_now(self, client: ClientV2, held: bool = False) -> None:
         """Write now, not at the end of this loop turn, the output pending
         for every client (in the order it became pending: messages a PUB
-        delivered go out before its OK), then ``client``'s."""
+        delivered go out before its OK), then ``client``'s. ``held``: the
+        answer of :meth:`hold_flush` at the start of the read."""
         if client.out and not client.dirty:
             client.dirty = True
             self._dirty.append(client)
         self._write_dirty()  # a flush already scheduled finds nothing left
+        if held:
+            self._flush_scheduled = False
+            if self._dirty:  # a client's flush made output (none known today)
+                self._schedule_flush_all()
+
+    def _schedule_flush_all(self) -> None:
+        self._flush_scheduled = True
+        assert self._loop is not None
+        self._loop.call_soon(self._flush_all)
 
     def _flush_all(self) -> None:
         self._flush_scheduled = False

@@ -100,19 +100,33 @@ class Topic:
             TopicFull: refused; the caller answers ``E_PUB_FAILED`` (or the
                 MPUB/DPUB equivalent, or HTTP 503).
         """
+        n = len(bodies)
+        if n == 1:
+            self.publish_one(bodies[0], defer_ms)
+            return
         if self.deleted:
             raise TopicFull("exiting")
         if self.nsqd.draining:
             raise TopicFull("draining")
-        n = len(bodies)
         self._check_room(n)
-        if n == 1:  # PUB, DPUB: the common request/response case
-            body = bodies[0]
-            self._accept([(self.new_ids(1)[0], body, time.time_ns(), 0, defer_ms)], len(body))
-            return
         # entries are built by zip in C: no Python call per message
         msgs = list(zip(self.new_ids(n), bodies, repeat(time.time_ns(), n), repeat(0, n), repeat(defer_ms, n)))
         self._accept(msgs, sum(map(len, bodies)))
+
+    def publish_one(self, body: bytes, defer_ms: int = 0) -> None:
+        """:meth:`publish` of one message (PUB, DPUB: the request/response
+        case, without the batch machinery). Raises :class:`TopicFull`."""
+        if self.deleted:
+            raise TopicFull("exiting")
+        if self.nsqd.draining:
+            raise TopicFull("draining")
+        self._check_room(1)
+        now = time.time_ns()
+        msg_id = self._ids.new_id(now)
+        while msg_id is None:  # 4096 IDs used in this ~1 ms window
+            now = time.time_ns()
+            msg_id = self._ids.new_id(now)
+        self._accept([(msg_id, body, now, 0, defer_ms)], len(body))
 
     def put_entries(self, entries: list[Entry]) -> None:
         """Accept messages that already have an id and timestamp (a channel's
