@@ -47,6 +47,7 @@ __all__ = ["Channel", "ChannelError"]
 log = logging.getLogger("nsq.nsqd")
 _seq = itertools.count()
 _DEFER_MS = operator.itemgetter(4)
+_ID_OF = operator.itemgetter(0)
 
 
 class ChannelError(NSQError):
@@ -89,8 +90,10 @@ class Channel:
         self.clients: dict[int, ClientV2] = {}
         self._ready: dict[ClientV2, None] = {}
         self.in_flight: dict[bytes, Message] = {}
-        self._in_flight_pq: list[tuple[float, int, list[Message]]] = []
-        self._pq_refs = 0  # message references in _in_flight_pq (live or not)
+        #: ``(deadline, seq, [message id, ...])``: ids, not messages, so a
+        #: finished message is freed at its FIN, not when the heap drops it
+        self._in_flight_pq: list[tuple[float, int, list[bytes]]] = []
+        self._pq_refs = 0  # ids in _in_flight_pq (in flight or not)
         self._pq_limit = self.PQ_SLACK
         self.deferred: dict[bytes, tuple[float, int, Entry]] = {}
         self._deferred_pq: list[tuple[float, int, Entry]] = []
@@ -332,7 +335,7 @@ class Channel:
             msg = [msg_id, body, ts, attempts + 1, client, deadline, now]  # a Message
             in_flight[msg_id] = msg
             append(msg)
-        heapq.heappush(self._in_flight_pq, (deadline, next(_seq), batch))
+        heapq.heappush(self._in_flight_pq, (deadline, next(_seq), list(map(_ID_OF, entries))))
         self._pq_refs += len(batch)
         if self._pq_refs > self._pq_limit:
             self._compact_in_flight()
@@ -347,19 +350,19 @@ class Channel:
     def _compact_in_flight(self) -> None:
         """Rebuild the in-flight heap from :attr:`in_flight` alone.
 
-        FIN/REQ remove a message from ``in_flight`` but leave its heap entry
-        (lazy removal); without this, every finished message and its body
+        FIN/REQ remove a message from ``in_flight`` but leave its id in the
+        heap (lazy removal); without this, the ids of every finished message
         would stay in memory until its deadline (``--msg-timeout``). Messages
         sent together keep sharing one entry. Amortised O(1) per message:
-        it runs once the stale references outnumber the live ones.
+        it runs once the stale ids outnumber the live ones.
         """
-        by_deadline: dict[float, list[Message]] = {}
-        for msg in self.in_flight.values():
+        by_deadline: dict[float, list[bytes]] = {}
+        for msg_id, msg in self.in_flight.items():
             batch = by_deadline.get(msg[DEADLINE])
             if batch is None:
-                by_deadline[msg[DEADLINE]] = [msg]
+                by_deadline[msg[DEADLINE]] = [msg_id]
             else:
-                batch.append(msg)
+                batch.append(msg_id)
         pq = [(deadline, next(_seq), batch) for deadline, batch in by_deadline.items()]
         heapq.heapify(pq)
         self._in_flight_pq = pq
@@ -384,7 +387,6 @@ class Channel:
         if msg[CLIENT] is not client:
             raise ChannelError("client does not own message")
         del self.in_flight[msg_id]
-        msg[CLIENT] = None
         return msg
 
     def finish(self, client: ClientV2, msg_id: bytes) -> None:
@@ -399,20 +401,23 @@ class Channel:
         """:meth:`finish` of each id in order (a consumer's FINs read
         together). Returns ``(id, reason)`` for each one that failed,
         in order; the others are done."""
-        in_flight = self.in_flight
+        pop = self.in_flight.pop
         e2e = self.e2e
         failed = []
+        done = []
         for msg_id in msg_ids:
-            msg = in_flight.get(msg_id)
+            msg = pop(msg_id, None)
             if msg is None:
                 failed.append((msg_id, "ID not in flight"))
             elif msg[CLIENT] is not client:
+                self.in_flight[msg_id] = msg  # not this client's: put back
                 failed.append((msg_id, "client does not own message"))
-            else:
-                del in_flight[msg_id]
-                msg[CLIENT] = None
-                if e2e is not None:
-                    e2e.insert(msg[TIMESTAMP])
+            elif e2e is not None:
+                done.append(msg)
+        if e2e is not None:
+            insert = e2e.insert
+            for msg in done:
+                insert(msg[TIMESTAMP])
         return failed
 
     def requeue(self, client: ClientV2, msg_id: bytes, timeout_ms: int) -> None:
@@ -438,7 +443,7 @@ class Channel:
         if deadline > cap:
             deadline = cap  # as Go: never past delivery + --max-msg-timeout
         msg[DEADLINE] = deadline
-        heapq.heappush(self._in_flight_pq, (deadline, next(_seq), [msg]))
+        heapq.heappush(self._in_flight_pq, (deadline, next(_seq), [msg_id]))
         self._pq_refs += 1
         if self._pq_refs > self._pq_limit:
             self._compact_in_flight()
@@ -489,14 +494,14 @@ class Channel:
         while pq and pq[0][0] <= now:
             _, _, batch = heapq.heappop(pq)
             self._pq_refs -= len(batch)
-            for msg in batch:
-                if in_flight.get(msg[ID]) is msg and msg[DEADLINE] <= now:
-                    del in_flight[msg[ID]]
-                    client = msg[CLIENT]
-                    msg[CLIENT] = None
+            for msg_id in batch:
+                msg = in_flight.get(msg_id)
+                # a stale id (finished, or delivered again since) finds no
+                # message, or one whose own deadline is later
+                if msg is not None and msg[DEADLINE] <= now:
+                    del in_flight[msg_id]
                     self.timeout_count += 1
-                    if client is not None:
-                        client.timed_out_message()
+                    msg[CLIENT].timed_out_message()
                     if not (self.max_attempts and msg[ATTEMPTS] >= self.max_attempts and self._dead_letter(msg)):
                         self._requeue(msg)
                     changed = True
