@@ -176,12 +176,16 @@ class V2ServerParser:
     its IOLoop just ends and the connection closes.
     """
 
-    __slots__ = ("limits", "state", "heartbeats_enabled", "_buf", "_pos", "_need")
+    __slots__ = ("limits", "state", "heartbeats_enabled", "drained", "_buf", "_pos", "_need")
 
     def __init__(self, limits: Limits | None = None, expect_magic: bool = True) -> None:
         self.limits = limits or Limits()
         self.state = STATE_INIT
         self.heartbeats_enabled = True
+        #: the last command :meth:`next_command` returned took every byte
+        #: buffered: the next call would return None (a server's loop can
+        #: stop without making it); False again after :meth:`feed`
+        self.drained = False
         self._buf = bytearray()
         self._pos = 0
         # bytes needed (from _pos) before parsing can progress; -1: magic pending
@@ -198,6 +202,7 @@ class V2ServerParser:
                 del self._buf[: self._pos]
             self._pos = 0
         self._buf += data
+        self.drained = False
 
     @property
     def buffered(self) -> int:
@@ -261,9 +266,11 @@ class V2ServerParser:
                 p = nl + 1
                 if len(buf) - p < 21 or not buf.startswith(b"FIN ", p):
                     self._pos = p
+                    self.drained = p == len(buf)
                     return (CMD_FIN, bytes(buf[pos + 4:nl]))
                 end = _FIN_RUN.match(buf, pos).end()  # type: ignore[union-attr]  # matches: line checked
                 self._pos = end
+                self.drained = end == len(buf)
                 ids = bytes(buf[pos + 4:end - 1]).split(b"\nFIN ")
                 if len(ids) == 1:
                     return (CMD_FIN, ids[0])
@@ -292,6 +299,7 @@ class V2ServerParser:
             self._need = 0
             self._pos = nl + 1 + n
             if cmd is not None:
+                self.drained = self._pos == len(buf)
                 return cmd
             # an ignored command (RDY while closing): go on
 

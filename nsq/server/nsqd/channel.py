@@ -48,6 +48,9 @@ log = logging.getLogger("nsq.nsqd")
 _seq = itertools.count()
 _DEFER_MS = operator.itemgetter(4)
 _ID_OF = operator.itemgetter(0)
+#: FIN/REQ/TOUCH failures, Go's texts
+_NOT_IN_FLIGHT = "ID not in flight"
+_NOT_OWNED = "client does not own message"
 
 
 class ChannelError(NSQError):
@@ -305,7 +308,11 @@ class Channel:
                 if n > len(q):
                     n = len(q)
                 if n > 0:
-                    batch = [q.popleft() for _ in range(n)]
+                    if n == len(q):  # the client takes all: no pop per message
+                        batch = list(q)
+                        q.clear()
+                    else:
+                        batch = [q.popleft() for _ in range(n)]
                     self._send(client, batch, now)
                 if client.in_flight_count >= client.ready_count or client.closing or client.write_paused:
                     del ready[client]
@@ -381,19 +388,22 @@ class Channel:
     # -- client commands -----------------------------------------------------
 
     def _pop_in_flight(self, client: ClientV2, msg_id: bytes) -> Message:
-        msg = self.in_flight.get(msg_id)
-        if msg is None:
-            raise ChannelError("ID not in flight")
-        if msg[CLIENT] is not client:
-            raise ChannelError("client does not own message")
-        del self.in_flight[msg_id]
+        in_flight = self.in_flight
+        msg = in_flight.get(msg_id)
+        if msg is None or msg[CLIENT] is not client:
+            raise ChannelError(_NOT_IN_FLIGHT if msg is None else _NOT_OWNED)
+        del in_flight[msg_id]
         return msg
 
     def finish(self, client: ClientV2, msg_id: bytes) -> None:
         """FIN: the message is done; with e2e percentiles configured, its
         latency (now - publish timestamp, ns) is recorded (Go
         ``FinishMessage``). Raises :class:`ChannelError`."""
-        msg = self._pop_in_flight(client, msg_id)
+        in_flight = self.in_flight
+        msg = in_flight.get(msg_id)
+        if msg is None or msg[CLIENT] is not client:
+            raise ChannelError(_NOT_IN_FLIGHT if msg is None else _NOT_OWNED)
+        del in_flight[msg_id]
         if self.e2e is not None:
             self.e2e.insert(msg[TIMESTAMP])
 
@@ -408,10 +418,10 @@ class Channel:
         for msg_id in msg_ids:
             msg = pop(msg_id, None)
             if msg is None:
-                failed.append((msg_id, "ID not in flight"))
+                failed.append((msg_id, _NOT_IN_FLIGHT))
             elif msg[CLIENT] is not client:
                 self.in_flight[msg_id] = msg  # not this client's: put back
-                failed.append((msg_id, "client does not own message"))
+                failed.append((msg_id, _NOT_OWNED))
             elif e2e is not None:
                 done.append(msg)
         if e2e is not None:
@@ -434,10 +444,8 @@ class Channel:
     def touch(self, client: ClientV2, msg_id: bytes, msg_timeout: float) -> None:
         """TOUCH: reset the message's timeout, capped at ``--max-msg-timeout``."""
         msg = self.in_flight.get(msg_id)
-        if msg is None:
-            raise ChannelError("ID not in flight")
-        if msg[CLIENT] is not client:
-            raise ChannelError("client does not own message")
+        if msg is None or msg[CLIENT] is not client:
+            raise ChannelError(_NOT_IN_FLIGHT if msg is None else _NOT_OWNED)
         deadline = time.monotonic() + msg_timeout
         cap = msg[DELIVERED] + self.nsqd.options.max_msg_timeout
         if deadline > cap:

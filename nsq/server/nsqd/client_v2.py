@@ -274,6 +274,8 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
                 if barrier is not None:
                     self._wait_for(barrier)
                     break
+            if parser.drained:
+                break  # nothing more buffered: spare the call that says so
         if self._freed:
             # FIN/REQ freed RDY slots: refill them in one batch per read,
             # not one pump per FIN
