@@ -399,11 +399,7 @@ class Channel:
         """FIN: the message is done; with e2e percentiles configured, its
         latency (now - publish timestamp, ns) is recorded (Go
         ``FinishMessage``). Raises :class:`ChannelError`."""
-        in_flight = self.in_flight
-        msg = in_flight.get(msg_id)
-        if msg is None or msg[CLIENT] is not client:
-            raise ChannelError(_NOT_IN_FLIGHT if msg is None else _NOT_OWNED)
-        del in_flight[msg_id]
+        msg = self._pop_in_flight(client, msg_id)
         if self.e2e is not None:
             self.e2e.insert(msg[TIMESTAMP])
 
