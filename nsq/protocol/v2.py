@@ -186,7 +186,9 @@ class V2ServerParser:
         #: buffered: the next call would return None (a server's loop can
         #: stop without making it); False again after :meth:`feed`
         self.drained = False
-        self._buf = bytearray()
+        #: bytes received, parsed from ``_pos`` on: the bytes object of one
+        #: read fed into an empty buffer, else a bytearray that accumulates
+        self._buf: bytes | bytearray = bytearray()
         self._pos = 0
         # bytes needed (from _pos) before parsing can progress; -1: magic pending
         self._need = _MAGIC_PENDING if expect_magic else 0
@@ -195,13 +197,23 @@ class V2ServerParser:
 
     def feed(self, data: bytes) -> None:
         """Append bytes received from the client."""
-        if self._pos:
-            if self._pos == len(self._buf):
-                self._buf.clear()
-            else:
-                del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
+        pos = self._pos
+        buf = self._buf
+        if pos == len(buf) and type(data) is bytes:
+            # everything before was parsed (the usual case): parse ``data``
+            # itself, slices of it are the commands' bytes (no copy into a
+            # buffer first)
+            self._buf = data
+        elif isinstance(buf, bytes):
+            # a partial command left in the last read's bytes: accumulate
+            rest = bytearray(buf[pos:])
+            rest += data
+            self._buf = rest
+        else:
+            if pos:
+                del buf[:pos]
+            buf += data
+        self._pos = 0
         self.drained = False
 
     @property
@@ -275,6 +287,20 @@ class V2ServerParser:
                 if len(ids) == 1:
                     return (CMD_FIN, ids[0])
                 return (CMD_FIN_MANY, ids)
+            if nl > 0 and buf.startswith(b"PUB ", pos):
+                # fast path for a complete PUB to a topic seen before (one
+                # producer's request/response traffic); anything else (a new
+                # or bad name, a short or bad body) goes the general way
+                topic = _VALID_TOPICS.get(bytes(buf[pos + 4:nl]))
+                start = nl + 1
+                if topic is not None and len(buf) - start >= 4:
+                    size = _LEN.unpack_from(buf, start)[0]
+                    end = start + 4 + size
+                    if 0 < size <= self.limits.max_msg_size and end <= len(buf):
+                        self._need = 0
+                        self._pos = end
+                        self.drained = end == len(buf)
+                        return (CMD_PUB, topic, bytes(buf[start + 4:end]))
             if nl < 0:
                 if avail >= MAX_LINE_LENGTH:
                     # Go's bufio buffer is full and holds no newline

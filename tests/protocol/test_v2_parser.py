@@ -517,3 +517,36 @@ def test_fin_batch_never_takes_a_newline_inside_an_id():
     with pytest.raises(ClientError) as info:
         p.next_command()
     assert info.value.wire_text() == "E_INVALID Invalid Message ID"
+
+
+@pytest.mark.parametrize("data", [
+    b"PUB known\n" + struct.pack(">i", 0),                      # empty body
+    b"PUB known\n" + struct.pack(">i", -1),                     # negative size
+    b"PUB known\n" + struct.pack(">i", 1025) + b"x" * 1025,     # over --max-msg-size
+    b"PUB known\r\n" + struct.pack(">i", 1) + b"x",             # \r\n line end
+    b"PUB known extra\n" + struct.pack(">i", 1) + b"x",         # a parameter too many
+    b"PUB known\n" + struct.pack(">i", 3) + b"ab",              # body not complete yet
+    b"PUB known\n" + struct.pack(">i", 2) + b"abFIN " + b"0" * 16 + b"\n",  # a command follows
+])
+def test_pub_of_a_topic_seen_before_parses_as_any_pub(data):
+    """A PUB to a topic whose name was checked before takes a shorter path;
+    every outcome (command, error, bytes still needed) is the same as for a
+    name never seen."""
+    import nsq.protocol.v2 as v2
+
+    def outcome():
+        p = V2ServerParser(Limits(max_msg_size=1024))
+        p.feed(MAGIC_V2 + SUB + data)
+        out = [p.next_command()]
+        try:
+            while (cmd := p.next_command()) is not None:
+                out.append(cmd)
+        except ClientError as exc:
+            out.append(exc.wire_text())
+        return out, p.buffered
+
+    v2._VALID_TOPICS.clear()
+    cold = outcome()
+    parse_all(b"PUB known\n" + struct.pack(">i", 1) + b"x")  # the name is now known
+    assert b"known" in v2._VALID_TOPICS
+    assert outcome() == cold
