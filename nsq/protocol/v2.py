@@ -463,11 +463,14 @@ class V2ServerParser:
         buf = self._buf
         if len(buf) - start < 4 + size:
             return None, 4 + size
-        pos = start + 4
-        end = pos + size
         if size < 4:
             raise ClientError(E_BAD_BODY, "MPUB failed to read message count")
-        count = _LEN.unpack_from(buf, pos)[0]
+        if isinstance(buf, bytes):  # one read's bytes: slices copy once
+            data, pos = buf, start + 4
+        else:  # a bytearray slice would copy each body twice: copy the whole once
+            data, pos = bytes(memoryview(buf)[start + 4:start + 4 + size]), 0
+        end = pos + size
+        count = _LEN.unpack_from(data, pos)[0]
         pos += 4
         if count <= 0 or count > (limits.max_body_size - 4) // 5:
             raise ClientError(E_BAD_BODY, f"MPUB invalid message count {count}")
@@ -475,23 +478,19 @@ class V2ServerParser:
         unpack = _LEN.unpack_from
         bodies: list[bytes] = []
         append = bodies.append
-        # slicing a memoryview copies each body once (a bytearray slice
-        # would copy it twice); the view is released before the buffer can
-        # be resized
-        with memoryview(buf) as view:
-            for i in range(count):
-                if end - pos < 4:
-                    raise ClientError(E_BAD_MESSAGE, f"MPUB failed to read message({i}) body size")
-                msize = unpack(buf, pos)[0]
-                if msize <= 0:
-                    raise ClientError(E_BAD_MESSAGE, f"MPUB invalid message({i}) body size {msize}")
-                if msize > max_msg:
-                    raise ClientError(E_BAD_MESSAGE, f"MPUB message too big {msize} > {max_msg}")
-                pos += 4
-                if end - pos < msize:
-                    raise ClientError(E_BAD_MESSAGE, "MPUB failed to read message body")
-                append(view[pos:pos + msize].tobytes())
-                pos += msize
+        for i in range(count):
+            if end - pos < 4:
+                raise ClientError(E_BAD_MESSAGE, f"MPUB failed to read message({i}) body size")
+            msize = unpack(data, pos)[0]
+            if msize <= 0:
+                raise ClientError(E_BAD_MESSAGE, f"MPUB invalid message({i}) body size {msize}")
+            if msize > max_msg:
+                raise ClientError(E_BAD_MESSAGE, f"MPUB message too big {msize} > {max_msg}")
+            pos += 4
+            if end - pos < msize:
+                raise ClientError(E_BAD_MESSAGE, "MPUB failed to read message body")
+            append(data[pos:pos + msize])
+            pos += msize
         return (CMD_MPUB, topic, bodies), 4 + size
 
     def _rdy(self, params: list[bytes], start: int) -> _Handled:
