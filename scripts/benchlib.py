@@ -87,14 +87,19 @@ class NSQD:
         return rss_mib(self.proc.pid)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, 60)
         shutil.rmtree(self.data_path, ignore_errors=True)
+
+
+def terminate(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM ``proc`` if it runs, wait up to ``timeout`` s, then SIGKILL."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def start_bench(mode: str, tcp: str, *flags: str) -> subprocess.Popen:
@@ -557,12 +562,6 @@ class BareServer:
         return rss_mib(self.proc.pid)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, 30)
         if self.proc.stdout:
             self.proc.stdout.close()

@@ -244,7 +244,10 @@ class Connection:
         if self._batch is not None:
             self._batch.append(data)
             return
-        self._transport.write(self._codec.encode(data) if self._codec is not None else data)
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        self._transport.write(self._codec.encode(data) if self._codec is not None else data)  # type: ignore[union-attr]
 
     @contextlib.contextmanager
     def batched(self) -> Iterator[None]:
@@ -264,8 +267,7 @@ class Connection:
         finally:
             self._batch = None
             if parts and not self.closed and self._transport is not None:
-                data = b"".join(parts)
-                self._transport.write(self._codec.encode(data) if self._codec is not None else data)
+                self._write(b"".join(parts))
 
     def command(self, data: bytes) -> asyncio.Future:
         """Write a command that nsqd answers; the future gets the response data.
@@ -278,7 +280,7 @@ class Connection:
             fut.set_exception(ConnectionClosedError(f"connection to {self.address} is closed"))
             return fut
         self._pending.append(fut)
-        self._transport.write(self._codec.encode(data) if self._codec is not None else data)
+        self._write(data)
         return fut
 
     def close(self) -> None:

@@ -507,9 +507,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
             self.nsqd.get_topic(topic).publish_one(body)
         except TopicFull as exc:
             raise ClientError(E_PUB_FAILED, f"PUB failed {exc}") from None
-        counts = self.pub_counts
-        counts[topic] = counts.get(topic, 0) + 1
-        self.out += _OK_FRAME
+        self._published(topic, 1)
 
     def _mpub(self, cmd: tuple) -> None:
         _, topic, bodies = cmd

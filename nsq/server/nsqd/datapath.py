@@ -135,11 +135,6 @@ class DataPath:
             asyncio.get_running_loop().call_soon(self._sync_strict_leftovers)
         self.owed.add(queue)
 
-    @property
-    def sync_owed(self) -> bool:
-        """True if a --sync-every=1 write awaits its fsync (checked per command)."""
-        return bool(self.owed)
-
     def durability_barrier(self) -> asyncio.Future | None:
         """Start the syncs owed since the last call; None if none are owed.
 

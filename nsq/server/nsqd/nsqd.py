@@ -327,11 +327,6 @@ class NSQD(Draining):
         """The deferred log of a durable channel, or None (:meth:`DataPath.make_deferred_log`)."""
         return self.disk.make_deferred_log(name, ephemeral)
 
-    @property
-    def sync_owed(self) -> bool:
-        """True if a --sync-every=1 write awaits its fsync (checked per command)."""
-        return self.disk.sync_owed
-
     def durability_barrier(self) -> asyncio.Future | None:
         """The fsyncs owed before answering OK (:meth:`DataPath.durability_barrier`)."""
         return self.disk.durability_barrier()
