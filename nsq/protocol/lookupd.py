@@ -110,6 +110,15 @@ def _reject_constant(name: str) -> None:
 _PEER_INFO_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
+def _bad_json() -> ClientError:
+    # a new error per raise, never one held in a local: an exception bound
+    # in the frame its traceback refers to is a reference cycle
+    # (error -> traceback -> frame -> error) that keeps the frame, and the
+    # connection its callers hold, until a full collection, which a daemon's
+    # tuned collector (nsq.server.gctune) runs rarely
+    return ClientError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
+
+
 def decode_peer_info(body: bytes) -> PeerInfo:
     """Decode an IDENTIFY body the way Go's ``json.Unmarshal`` into PeerInfo does.
 
@@ -121,30 +130,29 @@ def decode_peer_info(body: bytes) -> PeerInfo:
         ClientError: ``E_BAD_BODY IDENTIFY failed to decode JSON body`` or
             ``E_BAD_BODY IDENTIFY missing fields``.
     """
-    bad_json = ClientError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
     try:
         # as Go: UTF-8 only (no UTF-16/32 sniffing), invalid bytes become
         # U+FFFD, and NaN / Infinity are not JSON
         data = _PEER_INFO_DECODER.decode(body.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
-        raise bad_json from None
+        raise _bad_json() from None
     info = PeerInfo()
     if data is not None:
         if not isinstance(data, dict):
-            raise bad_json
+            raise _bad_json()
         for key in _STR_FIELDS:
             value = data.get(key)
             if value is None:
                 continue
             if not isinstance(value, str):
-                raise bad_json
+                raise _bad_json()
             setattr(info, key, value)
         for key in _INT_FIELDS:
             value = data.get(key)
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
-                raise bad_json
+                raise _bad_json()
             setattr(info, key, value)
     if not info.broadcast_address or not info.tcp_port or not info.http_port or not info.version:
         raise ClientError(E_BAD_BODY, "IDENTIFY missing fields")

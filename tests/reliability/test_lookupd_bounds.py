@@ -114,3 +114,37 @@ async def test_a_closed_connection_leaves_nothing_behind(lookupd):
     assert all(not producers for _reg, producers in lookupd.db.items())
     gc.collect()
     assert [r for r in protocols if r() is not None] == []
+
+
+@pytest.mark.parametrize("data", [
+    encode_identify({"hostname": "x"}),  # missing fields
+    b"IDENTIFY\n" + struct.pack(">i", 5) + b"{bad}",  # not JSON
+    b"IDENTIFY\n" + struct.pack(">i", 30_000) + b"[" * 30_000,  # nested too deep
+    encode_identify({**IDENT, "tcp_port": "x"}),  # a field of the wrong type
+    encode_register("t", "c"),  # before IDENTIFY
+    encode_identify(IDENT) + b"REGISTER b@d\n",  # a bad topic name
+    b"FOO\n",
+], ids=["missing-fields", "bad-json", "nested-json", "wrong-type", "register-first", "bad-topic", "unknown"])
+async def test_a_refused_connection_is_freed_without_the_cycle_collector(lookupd, data):
+    """Nothing a refused connection leaves is a reference cycle: its protocol
+    (with its parser and buffered input) is freed by reference counting
+    alone. A daemon runs the full cycle collection rarely
+    (:mod:`nsq.server.gctune`), so a cycle per refused connection grows RSS
+    linearly with hostile traffic."""
+    gc.collect()
+    gc.disable()
+    try:
+        conn = await V1Conn.open(lookupd.tcp_port)
+        (protocol,) = lookupd._conns
+        ref = weakref.ref(protocol)
+        del protocol
+        await conn.send(data)
+        assert (await conn.expect_closed(2.0))[-1].startswith(b"E_")
+        await conn.aclose()
+
+        async def freed() -> bool:
+            return ref() is None
+
+        await wait_for(freed, timeout=2.0)
+    finally:
+        gc.enable()
