@@ -13,11 +13,16 @@ module defines the interface and the two backends that need no disk:
 
 from __future__ import annotations
 
-from nsq.protocol.errors import NSQError
-
+import logging
 from collections.abc import Callable
 
+from nsq.protocol.errors import NSQError
+
 __all__ = ["BackendQueue", "BackendFull", "DiscardBackend", "NoDiskBackend"]
+
+log = logging.getLogger("nsq.nsqd")
+#: a monotonic time long before any (the first drop is reported at once)
+REPORT_NEVER = 1e9
 
 
 class BackendFull(NSQError):
@@ -97,21 +102,93 @@ class BackendQueue:
 
 
 class DiscardBackend(BackendQueue):
-    """Drops every message (ephemeral topics and channels)."""
+    """Drops every message (ephemeral topics and channels).
+
+    Go nsqd drops an ephemeral queue's overflow silently; this one counts
+    what it drops and logs it, at most once per :attr:`REPORT_EVERY` seconds
+    per queue: ``[nsqd] ... WARNING: CHANNEL(t:c#ephemeral): dropped 39135
+    messages since the last report (memory queue full: --mem-queue-size=10000,
+    an ephemeral channel has no disk queue)``. The first drop is logged at
+    once; the ones after it within the period are added up and logged when
+    it ends. The publish path pays one addition per overflowing batch.
+
+    Args:
+        name: ``topic`` or ``topic:channel`` (as :meth:`DataPath.make_backend`
+            gets it), for the log line; "" when unknown.
+        mem_queue_size: the memory bound, for the log line (None: not shown).
+
+    Attributes:
+        dropped: messages dropped since this backend was made.
+    """
 
     accepts_overflow = True
+    #: s between two drop reports of one queue
+    REPORT_EVERY = 5.0
+
+    def __init__(self, name: str = "", mem_queue_size: int | None = None) -> None:
+        self.name = name
+        self.mem_queue_size = mem_queue_size
+        self.dropped = 0
+        self._reported = 0  # ``dropped`` at the last report
+        self._last_report = -REPORT_NEVER
+        self._timer = None  # asyncio.TimerHandle while a report is due
 
     def put(self, record: bytes) -> None:
-        return None
+        self.dropped += 1
+        if self._timer is None:
+            self._note_drop()
 
     def put_many(self, records: list[bytes]) -> None:
-        return None
+        self.dropped += len(records)
+        if self._timer is None:
+            self._note_drop()
+
+    def _note_drop(self) -> None:
+        """Report now if the last report is old enough, else schedule one."""
+        import asyncio
+        import time
+
+        wait = self._last_report + self.REPORT_EVERY - time.monotonic()
+        if wait <= 0:
+            self.report()
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a synchronous caller): report now
+            self.report()
+            return
+        self._timer = loop.call_later(wait, self.report)
+
+    def report(self) -> None:
+        """Log the messages dropped since the last report, if any."""
+        import time
+
+        self._timer = None
+        count = self.dropped - self._reported
+        if not count:
+            return
+        self._reported = self.dropped
+        self._last_report = time.monotonic()
+        topic, sep, channel = self.name.partition(":")
+        subject = f"CHANNEL({self.name})" if sep else f"TOPIC({topic})" if topic else "ephemeral queue"
+        kind = "channel" if sep else "topic"
+        bound = f": --mem-queue-size={self.mem_queue_size}" if self.mem_queue_size is not None else ""
+        log.warning("%s: dropped %d message%s since the last report (memory queue full%s, an ephemeral %s "
+                    "has no disk queue)", subject, count, "" if count == 1 else "s", bound, kind)
 
     def read(self) -> bytes | None:
         return None
 
     def empty(self) -> None:
         return None
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self.report()  # what was dropped since the last line, before the queue goes
+
+    def delete(self) -> None:
+        self.close()
 
 
 class NoDiskBackend(BackendQueue):

@@ -92,7 +92,7 @@ class DataPath:
         one (embedded, memory only): refuse overflow.
         """
         if ephemeral:
-            return DiscardBackend()
+            return DiscardBackend(name, self.options.mem_queue_size)
         if not self.path:
             return NoDiskBackend()
         from nsq.server.nsqd.diskqueue import DiskQueue
