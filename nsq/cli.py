@@ -18,6 +18,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "admin": ("nsq.commands.admin", "admin", "Browse and administer the cluster in a terminal UI (nsqadmin)."),
     "bench": ("nsq.commands.bench", "bench",
               "Load nsqd and print its throughput or latency (bench_writer, bench_reader)."),
+    "cluster": ("nsq.commands.cluster", "cluster",
+                "Run a local cluster in the foreground: one lookupd and N nsqd processes (-n)."),
     "lookupd": ("nsq.commands.lookupd", "lookupd",
                 "Run nsqlookupd, the directory nsqds register with and consumers query."),
     "nsqd": ("nsq.commands.nsqd", "nsqd",

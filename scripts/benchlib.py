@@ -124,25 +124,19 @@ def run_bench(mode: str, tcp: str, *flags: str, echo: bool = True) -> dict[str, 
     return finish_bench(start_bench(mode, tcp, *flags), echo)
 
 
-# --- several nsqd processes behind one nsqlookupd (scripts/nsqd-multi, scripts/bench-multicore) ---
+# --- several nsqd processes behind one nsqlookupd (scripts/bench-multicore) ---
 #
 # One `nsq nsqd` is one event loop, so it uses one core; the NSQ way to use a
 # many-core host is several nsqds, each with its own ports and data path, all
-# registered with the same nsqlookupd, producers spread over them and
-# consumers finding all of them through lookupd (nsq.io/overview/design.html,
-# nsq.io/components/nsqlookupd.html).
+# registered with the same nsqlookupd (nsq.io/overview/design.html): what
+# `nsq cluster -n N` starts (nsq/apps/cluster.py).
 
-import ipaddress  # noqa: E402
 import resource  # noqa: E402
 import signal  # noqa: E402
+import threading  # noqa: E402
 from collections.abc import Iterable, Sequence  # noqa: E402
 
-from nsq.protocol.message import default_node_id  # noqa: E402
-
-#: nsqlookupd's own default TCP port (its HTTP port is the next one)
-LOOKUPD_PORT = 4160
-#: nsqd's own default TCP port: nsqd-0 of a fleet gets it (and 4151 for HTTP)
-NSQD_BASE_PORT = 4150
+from nsq.apps.cluster import TableRow, parse_table  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:
@@ -169,148 +163,33 @@ def machine_busy_seconds() -> float:
     return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def port_pairs(base: int, count: int, skip: Iterable[int] = ()) -> list[tuple[int, int]]:
-    """``count`` (TCP, HTTP) port pairs from ``base`` up, two apart:
-    (base, base+1), (base+2, base+3), ..., leaving out every pair that holds
-    a port of ``skip`` (the lookupd's, when it is started alongside)."""
-    skip = set(skip)
-    pairs: list[tuple[int, int]] = []
-    port = base
-    while len(pairs) < count:
-        if port + 1 > 65535:
-            raise ValueError(f"{count} port pairs from {base} do not fit below 65536")
-        if port not in skip and port + 1 not in skip:
-            pairs.append((port, port + 1))
-        port += 2
-    return pairs
-
-
-def host_port(host: str, port: int) -> str:
-    """``host:port``, with brackets around an IPv6 host."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def connect_host(bind: str) -> str:
-    """The address to reach a listener bound to ``bind`` from this host:
-    loopback for a wildcard bind (0.0.0.0, ::, empty), else ``bind``."""
-    if not bind:
-        return "127.0.0.1"
-    try:
-        ip = ipaddress.ip_address(bind)
-    except ValueError:
-        return bind
-    if ip.is_unspecified:
-        return "::1" if ip.version == 6 else "127.0.0.1"
-    return bind
-
-
-def _die_with_parent(parent: int) -> Any:
-    """A Popen preexec_fn: the child gets SIGTERM when this process dies
-    (Linux prctl PR_SET_PDEATHSIG), so a SIGKILLed parent leaves no nsqd."""
-    def preexec() -> None:
-        try:
-            import ctypes
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            return
-        if os.getppid() != parent:  # the parent died before prctl
-            os.kill(os.getpid(), signal.SIGTERM)
-    return preexec
-
-
-class Daemon:
-    """One `nsq nsqd` or `nsq lookupd` child process of a :class:`Fleet`.
-
-    It runs in its own session, so a Ctrl-C on the terminal reaches only the
-    parent, which then stops the children in order (nsqds, then lookupd).
-    ``log`` is where its output goes: None for this process's stdout and
-    stderr, a path for a file (appended to).
-    """
-
-    def __init__(self, name: str, argv: list[str], tcp: str, http: str, log: str | None) -> None:
-        self.name, self.argv, self.tcp, self.http, self.log = name, argv, tcp, http, log
-        out = open(log, "ab") if log else None  # the child keeps its own copy
-        try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                         start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
-        finally:
-            if out:
-                out.close()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def ping(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://{self.http}/ping", timeout=1) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def cpu_seconds(self) -> float:
-        return cpu_seconds(self.proc.pid)
-
-    def log_tail(self, lines: int = 10) -> str:
-        if not self.log:
-            return "(its output is above)"
-        try:
-            with open(self.log, errors="replace") as f:
-                return "".join(f.readlines()[-lines:]).rstrip() or "(no output)"
-        except OSError:
-            return "(no log)"
-
-
 class Fleet:
-    """``count`` `nsq nsqd` processes registered with one nsqlookupd.
+    """``count`` nsqd processes behind one nsqlookupd: ``nsq cluster -n
+    count`` as a child process on free loopback ports, its data under
+    ``data_root`` (``nsqd-<i>``), ``extra`` flags for every nsqd (after
+    ``--``). ``log_dir``: None sends the daemons' prefixed logs to this
+    process's stderr; a directory gets them in ``cluster.log``.
 
-    Unless ``lookupd_tcp`` names existing lookupds, one `nsq lookupd` is
-    started too, on ``lookupd_port`` (TCP) and the next port (HTTP), or on
-    free ports when ``lookupd_port`` is 0.
-
-    Ports: with ``base_port`` > 0, nsqd i gets the i-th pair of
-    :func:`port_pairs` (TCP base+2i, HTTP base+2i+1, the pairs holding a
-    port of our own lookupd left out: from 4150 with lookupd on 4160/4161,
-    nsqd-5 gets 4162/4163); with 0, free ports. Every listener binds
-    ``bind``. Each nsqd gets:
-
-    - ``--data-path=<data_root>/nsqd-<i>`` (created),
-    - ``--node-id`` = (Go's default for this hostname + i) mod 1024, so the
-      message IDs of the nsqds on one host differ,
-    - ``--broadcast-address``: ``broadcast_address``, else ``bind`` when it
-      is a specific address, else nsqd's default (the hostname),
-    - ``--https-address=`` (no HTTPS listener: one default port for all
-      would collide),
-    - ``--log-prefix=[nsqd-<i>] `` so their logs can be told apart,
-
-    then ``extra`` (the same for every nsqd; it comes last, so it overrides
-    any of the above). ``log_dir``: None sends the children's logs to this
-    process's stdout/stderr; a directory gets one ``<name>.log`` each.
+    The addresses and pids come from the table the command prints before
+    its ``ready:`` line (:func:`nsq.apps.cluster.parse_table`).
     """
 
-    def __init__(self, count: int, data_root: str, *, bind: str = "127.0.0.1", base_port: int = 0,
-                 lookupd_port: int = 0, lookupd_tcp: Sequence[str] = (), lookupd_http: Sequence[str] = (),
-                 broadcast_address: str | None = None, extra: Sequence[str] = (),
+    def __init__(self, count: int, data_root: str, *, extra: Sequence[str] = (),
                  log_dir: str | None = None) -> None:
         if count < 1:
             raise ValueError("count must be >= 1")
-        self.count, self.data_root, self.bind, self.base_port = count, os.path.abspath(data_root), bind, base_port
-        self.lookupd_port = lookupd_port
-        self.external_lookupd_tcp, self.external_lookupd_http = list(lookupd_tcp), list(lookupd_http)
-        self.broadcast_address = broadcast_address
-        self.extra, self.log_dir = list(extra), log_dir
-        self.lookupd: Daemon | None = None
-        self.nsqds: list[Daemon] = []
-
-    # -- addresses --
+        self.count, self.data_root, self.extra, self.log_dir = count, os.path.abspath(data_root), list(extra), log_dir
+        self.proc: subprocess.Popen | None = None
+        self.rows: dict[str, TableRow] = {}
+        self.lines: list[str] = []
 
     @property
-    def lookupd_tcp_addresses(self) -> list[str]:
-        return [self.lookupd.tcp] if self.lookupd else self.external_lookupd_tcp
+    def nsqds(self) -> list[TableRow]:
+        return [self.rows[f"nsqd-{i}"] for i in range(1, self.count + 1)]
 
     @property
     def lookupd_http_addresses(self) -> list[str]:
-        return [self.lookupd.http] if self.lookupd else self.external_lookupd_http
+        return [self.rows["lookupd"].http]
 
     @property
     def nsqd_tcp_addresses(self) -> list[str]:
@@ -320,11 +199,6 @@ class Fleet:
     def nsqd_http_addresses(self) -> list[str]:
         return [d.http for d in self.nsqds]
 
-    def data_path(self, i: int) -> str:
-        return os.path.join(self.data_root, f"nsqd-{i}")
-
-    # -- lifecycle --
-
     def __enter__(self) -> Fleet:
         self.start()
         return self
@@ -332,135 +206,62 @@ class Fleet:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _log(self, name: str) -> str | None:
-        return os.path.join(self.log_dir, f"{name}.log") if self.log_dir else None
-
-    def start(self, timeout: float = 30.0) -> None:
-        """Start the lookupd (if ours) and the nsqds; return once every one
-        answers /ping. Raises RuntimeError (after stopping whatever was
-        started) when one exits or does not answer within ``timeout``."""
-        host = connect_host(self.bind)
+    def start(self, timeout: float = 60.0) -> None:
+        """Run ``nsq cluster`` and read its output up to ``ready:``.
+        Raises RuntimeError (after stopping it) when it ends or is not ready
+        within ``timeout`` seconds."""
+        log = open(os.path.join(self.log_dir, "cluster.log"), "ab") if self.log_dir else None
         try:
-            if not self.external_lookupd_tcp:
-                if self.lookupd_port:
-                    ltcp, lhttp = self.lookupd_port, self.lookupd_port + 1
-                else:
-                    ltcp, lhttp = free_port(), free_port()
-                self.lookupd = Daemon(
-                    "lookupd",
-                    [*NSQ, "lookupd", f"--tcp-address={host_port(self.bind, ltcp)}",
-                     f"--http-address={host_port(self.bind, lhttp)}"],
-                    host_port(host, ltcp), host_port(host, lhttp), self._log("lookupd"))
-                self._wait_ping([self.lookupd], timeout)
-                skip = (ltcp, lhttp)
-            else:
-                skip = ()
-            if self.base_port:
-                pairs = port_pairs(self.base_port, self.count, skip)
-            else:
-                pairs = [(free_port(), free_port()) for _ in range(self.count)]
-            broadcast = self.broadcast_address
-            if broadcast is None and connect_host(self.bind) == self.bind:
-                broadcast = self.bind
-            node0 = default_node_id()
-            os.makedirs(self.data_root, exist_ok=True)
-            for i, (tcp, http) in enumerate(pairs):
-                os.makedirs(self.data_path(i), exist_ok=True)
-                argv = [*NSQ, "nsqd", f"--tcp-address={host_port(self.bind, tcp)}",
-                        f"--http-address={host_port(self.bind, http)}", "--https-address=",
-                        f"--data-path={self.data_path(i)}", f"--node-id={(node0 + i) % 1024}",
-                        f"--log-prefix=[nsqd-{i}] "]
-                if broadcast:
-                    argv.append(f"--broadcast-address={broadcast}")
-                argv += [f"--lookupd-tcp-address={a}" for a in self.lookupd_tcp_addresses]
-                argv += self.extra
-                self.nsqds.append(Daemon(f"nsqd-{i}", argv, host_port(host, tcp), host_port(host, http),
-                                         self._log(f"nsqd-{i}")))
-            self._wait_ping(self.nsqds, timeout)
-        except BaseException:
-            self.stop()
-            raise
+            self.proc = subprocess.Popen(
+                [*NSQ, "cluster", "-n", str(self.count), "--data-path", self.data_root, "--base-port", "0",
+                 "--", *self.extra], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True)
+        finally:
+            if log:
+                log.close()
+        ready = threading.Event()
 
-    @staticmethod
-    def _wait_ping(daemons: list[Daemon], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        waiting = list(daemons)
-        while waiting:
-            for d in list(waiting):
-                if d.proc.poll() is not None:
-                    raise RuntimeError(f"{d.name} exited with status {d.proc.returncode} "
-                                       f"while starting: {d.log_tail()}")
-                if d.ping():
-                    waiting.remove(d)
-            if waiting:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{', '.join(d.name for d in waiting)} did not answer /ping "
-                                       f"within {timeout:.0f} s")
-                time.sleep(0.05)
+        def read() -> None:
+            for line in self.proc.stdout:
+                self.lines.append(line.rstrip("\n"))
+                if line.startswith("ready:"):
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(timeout) or not any(line.startswith("ready:") for line in self.lines):
+            self.stop()
+            raise RuntimeError(f"nsq cluster -n {self.count} did not start: {' / '.join(self.lines[-5:])}")
+        self.rows = parse_table(self.lines)
 
     def registered(self) -> int:
-        """How many of our nsqds the lookupds list in /nodes (by their TCP
-        and HTTP ports); 0 when no lookupd HTTP address is known."""
-        ports = {(int(d.tcp.rsplit(":", 1)[1]), int(d.http.rsplit(":", 1)[1])) for d in self.nsqds}
-        seen: set[tuple[int, int]] = set()
-        for address in self.lookupd_http_addresses:
-            try:
-                with urllib.request.urlopen(f"http://{address}/nodes", timeout=5) as r:
-                    body = json.load(r)
-            except (OSError, ValueError):
-                continue
-            for p in body.get("producers") or []:
-                seen.add((p.get("tcp_port"), p.get("http_port")))
-        return len(ports & seen)
+        """How many nsqds the lookupd listed before ``ready:`` (it waits up
+        to 10 s for all of them)."""
+        for line in self.lines:
+            if line.startswith("registered with lookupd: "):
+                return int(line.split(": ", 1)[1].split("/")[0])
+        return 0
 
     def wait_registered(self, timeout: float = 10.0) -> int:
-        """Wait until the lookupds list every nsqd (at most ``timeout``);
-        the number listed."""
-        deadline = time.monotonic() + timeout
-        while True:
-            n = self.registered()
-            if n >= len(self.nsqds) or time.monotonic() > deadline:
-                return n
-            time.sleep(0.1)
-
-    def exited(self) -> list[Daemon]:
-        """The children that are no longer running."""
-        return [d for d in self.children() if d.proc.poll() is not None]
-
-    def children(self) -> list[Daemon]:
-        return [*self.nsqds, *([self.lookupd] if self.lookupd else [])]
+        """The nsqds registered with the lookupd (``nsq cluster`` waited for them)."""
+        return self.registered()
 
     def nsqd_cpu_seconds(self) -> float:
         """User + system CPU of all the nsqds so far (/proc/<pid>/stat)."""
-        return sum(d.cpu_seconds() for d in self.nsqds)
+        return sum(cpu_seconds(d.pid) for d in self.nsqds)
 
-    def signal_running(self, sig: int) -> None:
-        """Send ``sig`` to every child still running (e.g. a second SIGTERM
-        cuts an nsqd's --drain-timeout wait short)."""
-        for d in self.children():
-            if d.proc.poll() is None:
-                try:
-                    d.proc.send_signal(sig)
-                except ProcessLookupError:
-                    pass
-
-    def stop(self, timeout: float = 60.0) -> dict[str, int]:
-        """SIGTERM the nsqds (they unregister from lookupd and flush their
-        queues to disk), wait, then the same for our lookupd; a child still
-        running after ``timeout`` is SIGKILLed. Returns every child's exit
-        status (negative: the signal that ended it)."""
-        for group in (self.nsqds, [self.lookupd] if self.lookupd else []):
-            for d in group:
-                if d.proc.poll() is None:
-                    d.proc.terminate()
-            deadline = time.monotonic() + timeout
-            for d in group:
-                try:
-                    d.proc.wait(max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    d.proc.kill()
-                    d.proc.wait()
-        return {d.name: d.proc.returncode for d in self.children()}
+    def stop(self, timeout: float = 90.0) -> int | None:
+        """SIGINT ``nsq cluster`` (it stops the nsqds, then the lookupd) and
+        wait; SIGKILL after ``timeout`` seconds. Its exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
 
 
 def read_through_lookupd(lookupd_http: Sequence[str], topic: str, count: int, channel: str = "check",
