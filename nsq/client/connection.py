@@ -141,10 +141,11 @@ class Connection:
             nsqd's IDENTIFY answer (``{}`` for a plain ``OK``).
 
         Raises:
-            OSError / ssl.SSLError: cannot connect or TLS handshake failed;
-            asyncio.TimeoutError: no answer in time; ErrorResponse: IDENTIFY
-            or AUTH refused; ClientConfigError: nsqd requires AUTH and no
-            ``auth_secret`` was given.
+            OSError: cannot connect (``ssl.SSLError``: the TLS handshake failed).
+            asyncio.TimeoutError: no answer in time.
+            ErrorResponse: IDENTIFY or AUTH refused.
+            ClientConfigError: nsqd requires AUTH and no ``auth_secret`` was
+                given.
         """
         loop = asyncio.get_running_loop()
         await asyncio.wait_for(

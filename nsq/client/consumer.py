@@ -55,7 +55,8 @@ class Consumer:
     """Consumes ``topic``/``channel`` from one or more nsqd.
 
     Args:
-        topic, channel: names (``#ephemeral`` allowed).
+        topic: topic name (``#ephemeral`` allowed).
+        channel: channel name (``#ephemeral`` allowed).
         handler: called with each :class:`~nsq.client.message.Message`;
             sync or async. True/None finishes, False or an exception
             requeues, unless the handler already answered the message.

@@ -24,8 +24,9 @@ class Producer:
         address: nsqd TCP address.
         identify: extra IDENTIFY fields (``user_agent``, ``heartbeat_interval`` ms, ...).
         connect_timeout: seconds.
-        tls_context, auth_secret: as :class:`~nsq.client.Consumer`'s
-            (``identify`` may ask for ``tls_v1``, ``snappy``, ``deflate``).
+        tls_context: as :class:`~nsq.client.Consumer`'s (``identify`` may
+            ask for ``tls_v1``, ``snappy``, ``deflate``).
+        auth_secret: as :class:`~nsq.client.Consumer`'s.
 
     Every publish method raises :class:`~nsq.client.errors.ErrorResponse`
     when nsqd refuses (``E_BAD_TOPIC``, ``E_BAD_MESSAGE``, ``E_PUB_FAILED``),
