@@ -21,6 +21,7 @@ from nsq.protocol.errors import NSQError
 from nsq.protocol.message import encode_message
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
+from nsq.server.nsqd.cursor import ChannelCursor
 from nsq.server.nsqd.deadletter import dead_letter_topic
 from nsq.server.nsqd.message import (
     ATTEMPTS,
@@ -29,6 +30,8 @@ from nsq.server.nsqd.message import (
     DEADLINE,
     DELIVERED,
     ID,
+    NO_OFFSET,
+    OFFSET,
     TIMESTAMP,
     Entry,
     Message,
@@ -48,6 +51,7 @@ log = logging.getLogger("nsq.nsqd")
 _seq = itertools.count()
 _DEFER_MS = operator.itemgetter(4)
 _ID_OF = operator.itemgetter(0)
+_OFFSET_OF = operator.itemgetter(OFFSET)
 #: FIN/REQ/TOUCH failures, Go's texts
 _NOT_IN_FLIGHT = "ID not in flight"
 _NOT_OWNED = "client does not own message"
@@ -90,6 +94,8 @@ class Channel:
         if backend is None:
             backend = DiscardBackend() if self.ephemeral else NoDiskBackend()
         self.backend = backend
+        #: the channel's cursor into its topic's log (``--storage=wal``), else None
+        self.wal: ChannelCursor | None = backend if isinstance(backend, ChannelCursor) else None
         self.clients: dict[int, ClientV2] = {}
         self._ready: dict[ClientV2, None] = {}
         self.in_flight: dict[bytes, Message] = {}
@@ -109,7 +115,11 @@ class Channel:
         self._disk_turn = False
         #: durable deferred messages (None: ephemeral or memory-only nsqd)
         self.deferred_log = topic.nsqd.make_deferred_log(f"{topic.name}:{name}", self.ephemeral)
-        if self.deferred_log is not None:
+        if self.wal is not None:
+            # REQ delays come back from the deferred log as the cursor reads
+            # their messages from the topic log again
+            self.wal.attach_deferred(self.deferred_log)
+        elif self.deferred_log is not None:
             self._load_deferred()
         self.message_count = 0
         self.requeue_count = 0
@@ -158,6 +168,14 @@ class Channel:
                 stay. The memory queue never grows past ``mem_queue_size``
                 for them.
         """
+        wal = self.wal
+        if wal is not None and wal.depth:
+            # a backlog in the log: these come after it, read from there
+            self.message_count += len(msgs)
+            wal.show(msgs[-1][5] + 1)
+            if self._ready and not self.paused:
+                self.pump()
+            return
         q = self.queue
         fresh = len(msgs)  # of msgs, how many went to the memory queue
         if any(map(_DEFER_MS, msgs)):
@@ -165,7 +183,9 @@ class Channel:
             fresh = 0
             for e in msgs:
                 if e[4]:
-                    self._defer((e[0], e[1], e[2], e[3], 0), now + e[4] / 1000.0, refuse=new)
+                    # in a topic log the record keeps the delay: no deferred-log write
+                    self._defer((e[0], e[1], e[2], e[3], 0, e[5]), now + e[4] / 1000.0, persist=wal is None,
+                                refuse=new)
                     self.message_count += 1
                 else:
                     q.append(e)
@@ -174,11 +194,15 @@ class Channel:
         else:
             q.extend(msgs)
             self.message_count += fresh
+        if wal is not None:
+            wal.took(msgs[-1][5] + 1)
         if q:
             if self._ready and not self.paused:
                 self.pump()
             excess = len(q) - self.mem_queue_size
-            if excess > 0 and self.backend.accepts_overflow:
+            if excess > 0 and wal is not None:
+                self._overflow_to_log(excess)
+            elif excess > 0 and self.backend.accepts_overflow:
                 # the newest entries (this publish's, at the tail) overflow;
                 # older ones kept in memory while the disk failed are only
                 # retried once it works again (no rewrite per publish)
@@ -204,6 +228,22 @@ class Channel:
             self.message_count -= refused
             raise BackendFull(self.backend.error or "failed to write to the backend")
 
+    def _overflow_to_log(self, excess: int) -> None:
+        """Drop up to ``excess`` of the newest messages from memory and read
+        them from the topic log when their turn comes: the ones at the tail
+        whose offsets run up to the cursor (requeued messages stay)."""
+        q = self.queue
+        wal = self.wal
+        assert wal is not None
+        nxt = wal.next
+        dropped = 0
+        while dropped < excess and q and q[-1][5] == nxt - 1:
+            q.pop()
+            nxt -= 1
+            dropped += 1
+        if dropped:
+            wal.put_back(nxt)
+
     def capacity(self) -> int:
         """Messages this channel can take now without a backend.
 
@@ -222,9 +262,11 @@ class Channel:
     def _enqueue(self, msg: Entry) -> None:
         """Put an entry (a requeue, a due deferred message) at the tail."""
         q = self.queue
-        if len(q) < self.mem_queue_size or not self.backend.accepts_overflow:
+        if len(q) < self.mem_queue_size or not self.backend.accepts_overflow or self.wal is not None:
             # never lose an acknowledged message: without a backend that can
-            # take it, the memory queue grows past its limit instead
+            # take it, the memory queue grows past its limit instead (in a
+            # topic log it is on disk already, and it came from flight: the
+            # memory it takes was taken before)
             q.append(msg)
         else:
             self._to_backend(msg)
@@ -266,7 +308,8 @@ class Channel:
         """Re-arm deferred messages found on disk at their original due time."""
         now_mono, now_unix = time.monotonic(), time.time_ns()
         for msg_id, (due_unix, ts, attempts, body) in list(self.deferred_log.pending.items()):  # type: ignore[union-attr]
-            self._defer((msg_id, body, ts, attempts, 0), now_mono + (due_unix - now_unix) / 1e9, persist=False)
+            self._defer((msg_id, body, ts, attempts, 0, NO_OFFSET), now_mono + (due_unix - now_unix) / 1e9,
+                        persist=False)
         if self.deferred:
             log.info("CHANNEL(%s:%s): %d deferred messages restored", self.topic.name, self.name, len(self.deferred))
 
@@ -325,8 +368,24 @@ class Channel:
                     break
 
     def _read_backend(self, n: int) -> list[Entry]:
-        """Up to ``n`` messages read (and removed) from the backend."""
-        return decode_entries(self.backend.read_many(n), f"CHANNEL({self.topic.name}:{self.name})")
+        """Up to ``n`` messages read (and removed) from the backend; from a
+        topic log, the ones still deferred go to the deferred heap."""
+        wal = self.wal
+        if wal is None:
+            return decode_entries(self.backend.read_many(n), f"CHANNEL({self.topic.name}:{self.name})")
+        while True:
+            entries = wal.read_entries(n, time.time_ns())
+            if not any(map(_DEFER_MS, entries)):
+                return entries
+            now = time.monotonic()
+            ready = []
+            for e in entries:
+                if e[4]:
+                    self._defer((e[0], e[1], e[2], e[3], 0, e[5]), now + e[4] / 1000.0, persist=False)
+                else:
+                    ready.append(e)
+            if ready or not wal.depth:
+                return ready
 
     def _send(self, client: ClientV2, entries: list[Entry], now: float) -> None:
         deadline = now + client.msg_timeout
@@ -338,8 +397,8 @@ class Channel:
                 return
         batch = []
         append = batch.append
-        for msg_id, body, ts, attempts, _ in entries:
-            msg = [msg_id, body, ts, attempts + 1, client, deadline, now]  # a Message
+        for msg_id, body, ts, attempts, _, offset in entries:
+            msg = [msg_id, body, ts, attempts + 1, client, deadline, now, offset]  # a Message
             in_flight[msg_id] = msg
             append(msg)
         heapq.heappush(self._in_flight_pq, (deadline, next(_seq), list(map(_ID_OF, entries))))
@@ -400,6 +459,8 @@ class Channel:
         latency (now - publish timestamp, ns) is recorded (Go
         ``FinishMessage``). Raises :class:`ChannelError`."""
         msg = self._pop_in_flight(client, msg_id)
+        if self.wal is not None:
+            self.wal.fins.append(msg[OFFSET])
         if self.e2e is not None:
             self.e2e.insert(msg[TIMESTAMP])
 
@@ -409,6 +470,8 @@ class Channel:
         in order; the others are done."""
         pop = self.in_flight.pop
         e2e = self.e2e
+        wal = self.wal
+        track = e2e is not None or wal is not None
         failed = []
         done = []
         for msg_id in msg_ids:
@@ -418,8 +481,10 @@ class Channel:
             elif msg[CLIENT] is not client:
                 self.in_flight[msg_id] = msg  # not this client's: put back
                 failed.append((msg_id, _NOT_OWNED))
-            elif e2e is not None:
+            elif track:
                 done.append(msg)
+        if wal is not None:
+            wal.fins.extend(map(_OFFSET_OF, done))
         if e2e is not None:
             insert = e2e.insert
             for msg in done:
@@ -472,12 +537,14 @@ class Channel:
                           self.topic.name, self.name, self.nsqd.options.dead_letter_topic)
             return False
         try:
-            self.nsqd.get_topic(name).put_entries([(msg[ID], msg[BODY], msg[TIMESTAMP], 0, 0)])
+            self.nsqd.get_topic(name).put_entries([(msg[ID], msg[BODY], msg[TIMESTAMP], 0, 0, NO_OFFSET)])
         except NSQError as exc:
             log.error("CHANNEL(%s:%s): failed to dead-letter %s to %s, requeueing - %s",
                       self.topic.name, self.name, msg[ID].decode("latin-1"), name, exc)
             return False
         self.dead_letter_count += 1
+        if self.wal is not None:
+            self.wal.fins.append(msg[OFFSET])  # done here: it lives on in the dead-letter topic
         return True
 
     def peek(self, n: int) -> list[Entry]:
@@ -485,7 +552,10 @@ class Channel:
         then disk, without changing anything (depth, counters, positions)."""
         out = list(itertools.islice(self.queue, n))
         if len(out) < n and self.backend.depth:
-            out += decode_entries(self.backend.peek(n - len(out)))
+            if self.wal is not None:
+                out += self.wal.peek_entries(n - len(out))
+            else:
+                out += decode_entries(self.backend.peek(n - len(out)))
         return out
 
     # -- timers --------------------------------------------------------------
@@ -582,7 +652,19 @@ class Channel:
         """Write memory, in-flight and deferred messages to the backend (exit).
 
         In-flight messages keep their attempts. Returns how many were written.
+        In a topic log nothing is written but the channel's checkpoint
+        (:meth:`wal_attempts` goes into it): every message it has not
+        finished is in the log already.
         """
+        if self.wal is not None:
+            count = len(self.queue) + len(self.in_flight) + len(self.deferred)
+            self.topic.write_checkpoint(self, self.wal_attempts())
+            self.queue.clear()
+            self.in_flight.clear()
+            self.deferred.clear()
+            self._in_flight_pq.clear()
+            self._deferred_pq.clear()
+            return count
         msgs = list(self.queue)
         msgs += map(entry, sorted(self.in_flight.values(), key=lambda m: m[DEADLINE]))
         if self.deferred_log is None:
@@ -603,6 +685,22 @@ class Channel:
         self._in_flight_pq.clear()
         self._deferred_pq.clear()
         return len(msgs)
+
+    def wal_attempts(self) -> dict[int, int]:
+        """``{offset: deliveries so far}`` of the messages taken from the
+        topic log and not finished that were delivered at least once."""
+        out = {}
+        for e in self.queue:
+            if e[3] and e[5] >= 0:
+                out[e[5]] = e[3]
+        for msg in self.in_flight.values():
+            if msg[OFFSET] >= 0:
+                out[msg[OFFSET]] = msg[ATTEMPTS]
+        for item in self.deferred.values():
+            e = item[2]
+            if e[3] and e[5] >= 0:
+                out[e[5]] = e[3]
+        return out
 
     def close(self, delete: bool) -> None:
         """Close every subscribed client; with ``delete``, drop storage too,

@@ -425,7 +425,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         """Append message frames for ``msgs`` (already marked in flight)."""
         out = self.out
         pack = _MSG_FRAME_HDR.pack
-        for msg_id, body, ts, attempts, _, _, _ in msgs:
+        for msg_id, body, ts, attempts, _, _, _, _ in msgs:
             out += pack(len(body) + 30, 2, ts, attempts)
             out += msg_id
             out += body

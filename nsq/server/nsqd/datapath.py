@@ -51,6 +51,8 @@ class DataPath:
         self.owed: set = set()
         self._thread = None
         self._lock: DirLock | None = None
+        #: --storage=wal with a data path: durable topics keep a topic log
+        self.wal = bool(path) and getattr(options, "storage", "diskqueue") == "wal"
 
     def open(self) -> None:
         """Lock the directory, make the exit reserve, start the disk thread.
@@ -62,8 +64,15 @@ class DataPath:
             return
         from concurrent.futures import ThreadPoolExecutor
 
+        from nsq.server.nsqd.walmigrate import check_data_path
+
         self._lock = DirLock(self.path)
         self._lock.lock()
+        try:
+            check_data_path(self.path, self.wal)
+        except ValueError:
+            self.unlock()
+            raise
         self.make_reserve()
         # one thread for every fsync, so the event loop never waits on the disk
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsqd-disk")
@@ -112,6 +121,55 @@ class DataPath:
             dq.strict_hook = self._strict_write
         self.queues.add(dq)
         return dq
+
+    def make_topic_log(self, name: str, ephemeral: bool):
+        """The :class:`~nsq.server.nsqd.topiclog.TopicLog` of a durable
+        topic with ``--storage=wal`` (``<data-path>/<topic>.wal/``), else None.
+
+        Raises:
+            OSError: the log directory cannot be created or read.
+        """
+        if ephemeral or not self.wal:
+            return None
+        from nsq.server.nsqd.topiclog import TopicLog
+
+        opts = self.options
+        from nsq.server.nsqd.walmigrate import take_over
+
+        tlog = TopicLog(name, self.wal_dir(name), opts.max_bytes_per_file, opts.sync_every)
+        take_over(name, self.path, tlog, opts)  # messages queued in the disk-queue format, if any
+        if self._thread is not None:
+            tlog.background = self._thread.submit
+            tlog.strict_hook = self._strict_write
+        self.queues.add(tlog)
+        return tlog
+
+    def wal_dir(self, topic: str) -> str:
+        """The directory of ``topic``'s log."""
+        return os.path.join(self.path, f"{topic}.wal")
+
+    def write_files(self, files: list[tuple[str, bytes]], done: Callable[[list[bool]], None]) -> None:
+        """Write each ``(path, content)`` atomically in the disk thread (inline
+        without one), then call ``done`` on the event loop with which
+        succeeded (checkpoints of topic-log channels)."""
+        from nsq.server.nsqd.atomicfile import replace_atomically
+
+        def work() -> list[bool]:
+            ok = []
+            for path, data in files:
+                try:
+                    replace_atomically(path, data)
+                    ok.append(True)
+                except OSError as exc:
+                    log.error("failed to write %s - %s", path, exc)
+                    ok.append(False)
+            return ok
+
+        if self._thread is None:
+            done(work())
+            return
+        fut = asyncio.wrap_future(self._thread.submit(work))
+        fut.add_done_callback(lambda f: None if f.cancelled() or f.exception() else done(f.result()))
 
     def make_deferred_log(self, name: str, ephemeral: bool):
         """A :class:`~nsq.server.nsqd.deferredlog.DeferredLog` for a durable

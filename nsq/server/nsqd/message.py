@@ -1,7 +1,7 @@
 """The server's in-memory messages: queue entries and in-flight messages.
 
 A message waiting in a topic or channel memory queue is a plain tuple, an
-:data:`Entry` ``(id, body, timestamp, attempts, defer_ms)``: immutable, so
+:data:`Entry` ``(id, body, timestamp, attempts, defer_ms, offset)``: immutable, so
 every channel shares the same entries, and untracked by CPython's cycle
 collector once it has seen them (a queue of a million entries costs the
 collector nothing). A :data:`Message` list is made only when a message is
@@ -18,32 +18,37 @@ from nsq.protocol.message import decode_message
 
 log = logging.getLogger("nsq.nsqd")
 
-__all__ = ["Entry", "Message", "ID", "BODY", "TIMESTAMP", "ATTEMPTS", "CLIENT", "DEADLINE", "DELIVERED", "entry",
-           "encode_entries", "decode_entries"]
+__all__ = ["Entry", "Message", "ID", "BODY", "TIMESTAMP", "ATTEMPTS", "CLIENT", "DEADLINE", "DELIVERED", "OFFSET",
+           "NO_OFFSET", "entry", "encode_entries", "decode_entries"]
 
 _MSG_HDR = struct.Struct(">qH")
 
-#: ``(id, body, timestamp, attempts, defer_ms)``: 16 hex bytes, payload
-#: bytes, ns since the epoch, deliveries so far, ms to hold back (DPUB)
-Entry = tuple[bytes, bytes, int, int, int]
+#: ``(id, body, timestamp, attempts, defer_ms, offset)``: 16 hex bytes,
+#: payload bytes, ns since the epoch, deliveries so far, ms to hold back
+#: (DPUB), the message's offset in its topic log (``--storage=wal``; else
+#: :data:`NO_OFFSET`)
+Entry = tuple[bytes, bytes, int, int, int, int]
+#: the offset of a message that is in no topic log (``--storage=diskqueue``)
+NO_OFFSET = -1
 
 
 #: A message in flight to a client: a list ``[id, body, timestamp,
-#: attempts, client, deadline, delivered]`` (made per delivery, so a list
+#: attempts, client, deadline, delivered, offset]`` (made per delivery, so a list
 #: display, not an object with an ``__init__``: a third of the cost),
 #: indexed by the constants below. id: 16 ASCII hex bytes (Go:
 #: nsqd/guid.go ``Hex``); body: payload bytes, shared between the channel
 #: copies; timestamp: ns since the epoch when nsqd accepted it; attempts:
 #: deliveries so far, this one included; client: the client it is in
 #: flight to, or None once answered; deadline: monotonic s at which it
-#: times out; delivered: monotonic s of the last delivery (caps TOUCH).
+#: times out; delivered: monotonic s of the last delivery (caps TOUCH);
+#: offset: as the entry's.
 Message = list
-ID, BODY, TIMESTAMP, ATTEMPTS, CLIENT, DEADLINE, DELIVERED = range(7)
+ID, BODY, TIMESTAMP, ATTEMPTS, CLIENT, DEADLINE, DELIVERED, OFFSET = range(8)
 
 
 def entry(msg: Message) -> Entry:
     """The queue entry for ``msg`` (its delay dropped: it has been applied)."""
-    return (msg[ID], msg[BODY], msg[TIMESTAMP], msg[ATTEMPTS], 0)
+    return (msg[ID], msg[BODY], msg[TIMESTAMP], msg[ATTEMPTS], 0, msg[OFFSET])
 
 
 def encode_entries(entries: list[Entry]) -> list[bytes]:
@@ -63,5 +68,5 @@ def decode_entries(records: list[bytes], subject: str = "") -> list[Entry]:
         except ProtocolError as exc:
             log.error("%s: failed to decode message - %s", subject, exc)
             continue
-        out.append((m.id, m.body, m.timestamp, m.attempts, 0))
+        out.append((m.id, m.body, m.timestamp, m.attempts, 0, NO_OFFSET))
     return out

@@ -293,7 +293,10 @@ class NSQD(Draining):
         """The topic ``name``, created if new. The name must be valid."""
         topic = self.topics.get(name)
         if topic is None:
-            topic = Topic(self, name, self.make_backend(name, name.endswith("#ephemeral")))
+            ephemeral = name.endswith("#ephemeral")
+            topic_log = self.disk.make_topic_log(name, ephemeral)
+            backend = None if topic_log is not None else self.make_backend(name, ephemeral)
+            topic = Topic(self, name, backend, topic_log)
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
             if not topic.ephemeral:
@@ -583,10 +586,36 @@ class NSQD(Draining):
             if now >= next_sync:
                 next_sync = now + self.options.sync_timeout
                 self.disk.sync_queues()
+                if self.disk.wal:
+                    self.checkpoint_logs()
                 if self._metadata_failed:
                     self.persist_metadata()
                 if self.health != "OK" and self.data_path:
                     self.disk.probe()
+
+    def checkpoint_logs(self) -> None:
+        """``--storage=wal``: fold each channel's FINs, write the checkpoints
+        that changed (in the disk thread), then delete the log segments no
+        restart could need (every ``--sync-timeout``)."""
+        batches = []
+        files: list[tuple[str, bytes]] = []
+        for topic in list(self.topics.values()):
+            if topic.log is None:
+                continue
+            topic_files, what = topic.checkpoints()
+            batches.append((topic, what, len(topic_files)))
+            files += topic_files
+
+        def done(ok: list[bool]) -> None:
+            i = 0
+            for topic, what, n in batches:
+                topic.checkpoints_written(what, ok[i:i + n])
+                i += n
+
+        if files:
+            self.disk.write_files(files, done)
+        else:
+            done([])
 
     # -- helpers -----------------------------------------------------------------
 

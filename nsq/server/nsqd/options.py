@@ -49,6 +49,10 @@ class NSQDOptions:
     max_bytes_per_file: int = 104857600
     sync_every: int = 2500
     sync_timeout: float = 2.0
+    # beyond Go: "diskqueue" (Go's format: a disk queue per topic and per
+    # channel) or "wal" (one log per topic, channels as cursors:
+    # nsq/server/nsqd/topiclog.py)
+    storage: str = "diskqueue"
     # messages
     msg_timeout: float = 60.0
     max_msg_timeout: float = 900.0
@@ -126,6 +130,10 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     OptionSpec("lookupd-tcp-address", "nsqlookupd_tcp_addresses", "list",
                "lookupd TCP address (may be given multiple times)"),
     OptionSpec("max-body-size", "max_body_size", "int", "maximum size of a single command body"),
+    OptionSpec("storage", "storage", "str",
+               "how durable topics keep messages on disk: 'diskqueue' (Go nsqd's format: a disk queue per topic "
+               "and per channel, for messages past --mem-queue-size) or 'wal' (one log per topic written once per "
+               "message, every message; channels are cursors into it; --max-bytes-per-file sizes its segments)"),
     OptionSpec("max-bytes-per-file", "max_bytes_per_file", "int",
                "number of bytes per diskqueue file before rolling"),
     OptionSpec("drain-timeout", "drain_timeout", "duration",
@@ -207,6 +215,10 @@ def _go_float(v: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
+#: the values of --storage
+STORAGE_ENGINES = ("diskqueue", "wal")
+
+
 def validate(opts: NSQDOptions) -> None:
     """Check the statsd and e2e options as Go nsqd's ``New`` does, and put the
     percentiles in Go's order (descending, as its flag type sorts them).
@@ -229,6 +241,8 @@ def validate(opts: NSQDOptions) -> None:
             raise ConfigError("--e2e-processing-latency-window-time must be positive")
     if opts.http_auth_required and not opts.auth_http_addresses:
         raise ConfigError("--http-auth-required needs --auth-http-address")
+    if opts.storage not in STORAGE_ENGINES:
+        raise ConfigError(f"--storage must be one of {', '.join(STORAGE_ENGINES)}, got {opts.storage!r}")
     if opts.max_attempts < 0 or opts.max_attempts > 65535:
         raise ConfigError(f"--max-attempts must be in [0, 65535], got {opts.max_attempts}")
     if opts.statsd_address:

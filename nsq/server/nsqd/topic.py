@@ -7,7 +7,9 @@ queue until a channel appears (or it is unpaused); then they flow on.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import os
 import time
 from collections import deque
 from itertools import repeat
@@ -18,10 +20,13 @@ from nsq.protocol.message import IDFactory
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
 from nsq.server.nsqd.channel import Channel
-from nsq.server.nsqd.message import Entry, decode_entries, encode_entries
+from nsq.server.nsqd.cursor import ChannelCursor
+from nsq.server.nsqd.message import NO_OFFSET, Entry, decode_entries, encode_entries
+from nsq.server.nsqd.topiclog import encode_batch, encode_record
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.host import QueueHost
+    from nsq.server.nsqd.topiclog import TopicLog
 
 __all__ = ["Topic", "TopicFull"]
 
@@ -30,6 +35,22 @@ log = logging.getLogger("nsq.nsqd")
 
 class TopicFull(NSQError):
     """A publish that memory cannot hold and no backend can take."""
+
+
+class HeldMessages(BackendQueue):
+    """A topic log's messages no channel has been handed yet (no channel,
+    paused, starting): only a count, the log holds them."""
+
+    accepts_overflow = True
+
+    def put(self, record: bytes) -> None:
+        raise NotImplementedError("a topic log holds these")
+
+    def read(self) -> bytes | None:
+        return None
+
+    def empty(self) -> None:
+        self.depth = 0
 
 
 class Topic:
@@ -46,9 +67,13 @@ class Topic:
         starting: messages stay in ``queue`` while True (a new topic waiting
             for lookupd's channel list, as Go nsqd's GetTopic does).
         message_count, message_bytes: published so far.
+        log: the topic log (``--storage=wal``), else None.
+        visible: with a log, the offset up to which messages were handed
+            to channels (held ones are from there to the log's head).
     """
 
-    def __init__(self, nsqd: QueueHost, name: str, backend: BackendQueue | None = None) -> None:
+    def __init__(self, nsqd: QueueHost, name: str, backend: BackendQueue | None = None,
+                 topic_log: TopicLog | None = None) -> None:
         self.nsqd = nsqd
         self.name = name
         self.ephemeral = is_ephemeral(name)
@@ -65,9 +90,119 @@ class Topic:
         self.message_count = 0
         self.message_bytes = 0
         self._ids = IDFactory(nsqd.options.node_id)
+        self.log = topic_log
+        self.visible = 0
+        #: ``visible`` of the newest topic.json on disk
+        self.persisted_visible = 0
+        if topic_log is not None:
+            self.backend = HeldMessages()
+            self.visible = self.persisted_visible = self._load_visible(topic_log)
+            self.backend.depth = topic_log.head - self.visible
 
     def __repr__(self) -> str:
         return f"Topic({self.name})"
+
+    # -- the topic log ---------------------------------------------------------------
+
+    def _state_path(self) -> str:
+        assert self.log is not None
+        return os.path.join(self.log.path, "topic.json")
+
+    def _load_visible(self, topic_log: TopicLog) -> int:
+        try:
+            with open(os.path.join(topic_log.path, "topic.json"), "rb") as fh:
+                visible = int(json.loads(fh.read())["visible"])
+        except FileNotFoundError:
+            return topic_log.first
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.error("TOPIC(%s): unreadable topic.json (%s): holding the whole log for new channels", self.name, exc)
+            return topic_log.first
+        return min(max(visible, topic_log.first), topic_log.head)
+
+    def _append(self, data: bytes, count: int) -> int:
+        assert self.log is not None
+        had_error = self.log.error is not None
+        try:
+            base = self.log.append_joined(data, count)
+        except BackendFull as exc:
+            self.nsqd.set_health(str(exc))
+            raise TopicFull(str(exc)) from None
+        if had_error:
+            self.nsqd.set_health(None)
+        return base
+
+    def channel_path(self, name: str) -> str | None:
+        """Where a durable channel of a topic log keeps its checkpoint."""
+        if self.log is None or is_ephemeral(name):
+            return None
+        return os.path.join(self.log.path, f"{name}.cursor")
+
+    def checkpoints(self) -> tuple[list[tuple[str, bytes]], list]:
+        """Fold every channel's FINs; the checkpoints to write (``(path,
+        content)``) and, for each, what it records (a cursor and its low, or
+        the topic and its visible offset). See :meth:`checkpoints_written`."""
+        files: list[tuple[str, bytes]] = []
+        what: list = []
+        if self.log is None or self.deleted:
+            return files, what
+        for channel in self.channels.values():
+            cursor = channel.wal
+            if cursor is None:
+                continue
+            cursor.fold()
+            cp = cursor.checkpoint()
+            if cp is not None:
+                files.append(cp)
+                what.append((cursor, cursor.finished.low))
+        if self.visible != self.persisted_visible:
+            files.append((self._state_path(), json.dumps({"visible": self.visible}).encode()))
+            what.append((self, self.visible))
+        return files, what
+
+    def checkpoints_written(self, what: list, ok: list[bool]) -> None:
+        """Record the checkpoints on disk, then delete the log's segments
+        below every position a restart could read from."""
+        for (owner, value), done in zip(what, ok):
+            if not done:
+                continue
+            if owner is self:
+                self.persisted_visible = value
+            else:
+                owner.persisted_low = value
+        self.trim_log()
+
+    def trim_log(self) -> None:
+        """Delete the segments wholly below the oldest offset still needed:
+        the persisted positions of the channels (an ephemeral one's own) and
+        of the topic's held messages."""
+        if self.log is None or self.deleted:
+            return
+        floor = min(self.persisted_visible, self.visible)
+        for channel in self.channels.values():
+            cursor = channel.wal
+            if cursor is not None:
+                low = cursor.finished.low if cursor.path is None else cursor.persisted_low
+                floor = min(floor, low)
+        if self.log.delete_before(floor):
+            log.info("TOPIC(%s): log segments before offset %d deleted", self.name, self.log.first)
+
+    def write_checkpoint(self, channel: Channel, attempts: dict[int, int]) -> None:
+        """Write ``channel``'s checkpoint now (at exit), with ``attempts``."""
+        cursor = channel.wal
+        if cursor is None:
+            return
+        cursor.fold()
+        cp = cursor.checkpoint(attempts)
+        if cp is None:
+            return
+        from nsq.server.nsqd.atomicfile import replace_atomically
+
+        try:
+            replace_atomically(*cp)
+            cursor.persisted_low = cursor.finished.low
+        except OSError as exc:
+            log.error("CHANNEL(%s:%s): failed to write its checkpoint - %s: after a restart it delivers again "
+                      "from its previous one", self.name, channel.name, exc)
 
     @property
     def depth(self) -> int:
@@ -110,7 +245,14 @@ class Topic:
             raise TopicFull("draining")
         self._check_room(n)
         # entries are built by zip in C: no Python call per message
-        msgs = list(zip(self.new_ids(n), bodies, repeat(time.time_ns(), n), repeat(0, n), repeat(defer_ms, n)))
+        ids = self.new_ids(n)
+        now = time.time_ns()
+        if self.log is not None:
+            base = self._append(encode_batch(ids, bodies, now, defer_ms), n)
+            offsets = range(base, base + n)
+        else:
+            offsets = repeat(NO_OFFSET, n)  # type: ignore[assignment]
+        msgs = list(zip(ids, bodies, repeat(now, n), repeat(0, n), repeat(defer_ms, n), offsets))
         self._accept(msgs, sum(map(len, bodies)))
 
     def publish_one(self, body: bytes, defer_ms: int = 0) -> None:
@@ -126,7 +268,10 @@ class Topic:
         while msg_id is None:  # 4096 IDs used in this ~1 ms window
             now = time.time_ns()
             msg_id = self._ids.new_id(now)
-        self._accept([(msg_id, body, now, 0, defer_ms)], len(body))
+        offset = NO_OFFSET
+        if self.log is not None:
+            offset = self._append(encode_record(msg_id, body, now, 0, defer_ms), 1)
+        self._accept([(msg_id, body, now, 0, defer_ms, offset)], len(body))
 
     def put_entries(self, entries: list[Entry]) -> None:
         """Accept messages that already have an id and timestamp (a channel's
@@ -138,18 +283,26 @@ class Topic:
         if self.deleted:
             raise TopicFull("exiting")
         self._check_room(len(entries))
+        if self.log is not None:
+            base = self._append(b"".join(encode_record(e[0], e[1], e[2], e[3], e[4]) for e in entries),
+                                len(entries))
+            entries = [(e[0], e[1], e[2], e[3], e[4], base + i) for i, e in enumerate(entries)]
         self._accept(entries, sum(len(e[1]) for e in entries))
 
     def _accept(self, msgs: list[Entry], nbytes: int) -> None:
         self.message_count += len(msgs)
         self.message_bytes += nbytes
         if self.channels and not self.paused and not self.starting:
+            if self.log is not None:
+                self.visible = msgs[-1][5] + 1
             self._distribute(msgs)
+        elif self.log is not None:
+            self.backend.depth = self.log.head - self.visible  # held in the log
         else:
             self._hold(msgs)
 
     def _check_room(self, n: int) -> None:
-        if self.ephemeral:
+        if self.ephemeral or self.log is not None:
             return
         if self.channels and not self.paused and not self.starting:
             for channel in self.channels.values():
@@ -194,6 +347,15 @@ class Topic:
         """
         if not self.channels or self.paused or self.deleted or self.starting:
             return
+        if self.log is not None:
+            # the channels read what was held from the log
+            self.visible = self.log.head
+            self.backend.depth = 0
+            for channel in list(self.channels.values()):
+                if channel.wal is not None:
+                    channel.wal.show(self.visible)
+                    channel.pump()
+            return
         if self.queue:
             msgs = list(self.queue)
             self.queue.clear()
@@ -213,6 +375,10 @@ class Topic:
     def peek(self, n: int) -> list[Entry]:
         """The next ``n`` messages held in the topic itself (no channel yet,
         or paused), memory first, then disk, changing nothing."""
+        if self.log is not None:
+            held = ChannelCursor(self.log, self.name, None, self.visible)
+            held.show(self.log.head)
+            return held.peek_entries(n)
         out = list(itertools.islice(self.queue, n))
         if len(out) < n and self.backend.depth:
             out += decode_entries(self.backend.peek(n - len(out)), f"TOPIC({self.name})")
@@ -224,7 +390,15 @@ class Topic:
         """The channel ``name``, created (and fed held messages) if new."""
         channel = self.channels.get(name)
         if channel is None:
-            channel = Channel(self, name, self.nsqd.make_backend(f"{self.name}:{name}", is_ephemeral(name)))
+            if self.log is not None:
+                # a new channel gets what the topic hands on from now (and
+                # what it holds): it starts at the visible offset
+                backend: BackendQueue = ChannelCursor(self.log, f"{self.name}:{name}", self.channel_path(name),
+                                                      self.visible)
+                backend.show(self.visible)  # type: ignore[attr-defined]
+            else:
+                backend = self.nsqd.make_backend(f"{self.name}:{name}", is_ephemeral(name))
+            channel = Channel(self, name, backend)
             self.channels[name] = channel
             log.info("TOPIC(%s): new channel(%s)", self.name, name)
             self.nsqd.notify_channel_created(self, channel)
@@ -260,6 +434,8 @@ class Topic:
         """Drop the messages held in the topic (not its channels'), as Go."""
         self.queue.clear()
         self.backend.empty()
+        if self.log is not None:
+            self.visible = self.log.head
 
     def close(self, delete: bool) -> None:
         """Close every channel; with ``delete``, drop all storage, otherwise
@@ -275,6 +451,20 @@ class Topic:
             self.channels.clear()
             self.queue.clear()
             self.backend.delete()
+            if self.log is not None:
+                self.nsqd.forget_backend(self.log)
+                self.log.delete()
+            return
+        if self.log is not None:
+            self.nsqd.forget_backend(self.log)
+            if self.visible != self.persisted_visible:
+                from nsq.server.nsqd.atomicfile import replace_atomically
+
+                try:
+                    replace_atomically(self._state_path(), json.dumps({"visible": self.visible}).encode())
+                except OSError as exc:
+                    log.error("TOPIC(%s): failed to write topic.json - %s", self.name, exc)
+            self.log.close()
             return
         try:
             if self.queue and self.backend.accepts_overflow and not self.ephemeral:

@@ -1,0 +1,416 @@
+"""The topic log (``--storage=wal``): its files, its channels as cursors, and
+what survives a restart (real files, an in-process nsqd, real TCP)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from nsq.protocol import commands as c
+from nsq.server.nsqd.cursor import RangeSet
+from nsq.server.nsqd.topiclog import TopicLog, encode_batch, encode_record
+
+from .helpers import Conn
+
+
+def _records(n: int, start: int = 0, body: bytes = b"x" * 40) -> list[bytes]:
+    return [encode_record(b"%016x" % i, body + b"%d" % i, 1000 + i, 0, 0) for i in range(start, start + n)]
+
+
+def _read_all(tlog: TopicLog, offset: int | None = None, n: int = 97) -> list[tuple]:
+    out = []
+    offset = tlog.first if offset is None else offset
+    while offset < tlog.head:
+        records, offset = tlog.read(offset, n, max_bytes=1500)
+        out += records
+    return out
+
+
+async def wait_for(predicate, timeout: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+# -- the log's files -------------------------------------------------------------------
+
+
+def test_records_come_back_in_order_across_segments(tmp_path):
+    tlog = TopicLog("t", str(tmp_path / "t.wal"), max_bytes_per_file=4000, sync_every=100)
+    recs = _records(1000)
+    for i in range(0, 1000, 13):
+        assert tlog.append(recs[i:i + 13]) == i
+    assert tlog.head == 1000
+    assert len(list(tlog.segments())) > 5
+    got = _read_all(tlog)
+    assert [r[0] for r in got] == list(range(1000))
+    assert all(r[1] == b"%016x" % r[0] and r[2] == b"x" * 40 + b"%d" % r[0] and r[3] == 1000 + r[0] for r in got)
+    # any offset can be read on its own (sparse index + a short walk)
+    for offset in (0, 1, 255, 256, 257, 517, 999):
+        records, nxt = tlog.read(offset, 2)
+        assert records[0][0] == offset and nxt == offset + len(records)
+    tlog.close()
+    reopened = TopicLog("t", str(tmp_path / "t.wal"), max_bytes_per_file=4000, sync_every=100)
+    assert reopened.head == 1000 and reopened.first == 0
+    assert [r[0] for r in _read_all(reopened, 500)] == list(range(500, 1000))
+
+
+def test_a_record_is_the_message_plus_twelve_bytes(tmp_path):
+    tlog = TopicLog("t", str(tmp_path / "t.wal"), 1 << 20, 100)
+    body = b"b" * 200
+    tlog.append_joined(encode_batch([b"%016x" % i for i in range(10)], [body] * 10, 5, 0), 10)
+    assert tlog.retained_bytes == 10 * (26 + 200 + 12)
+    records, _ = tlog.read(0, 10)
+    assert [r[5] for r in records] == [0] * 10 and records[3][3] == 5
+
+
+def test_a_torn_tail_is_cut_back_to_the_last_whole_record(tmp_path, caplog):
+    path = str(tmp_path / "t.wal")
+    tlog = TopicLog("t", path, 1 << 20, 100)
+    tlog.append(_records(50))
+    tlog.close()
+    seg = os.path.join(path, sorted(os.listdir(path))[-1])
+    whole = os.path.getsize(seg)
+    with open(seg, "ab") as fh:
+        fh.write(_records(1, 50)[0][:30])  # a crash mid-write
+    tlog = TopicLog("t", path, 1 << 20, 100)
+    assert tlog.head == 50
+    assert os.path.getsize(seg) == whole
+    assert "torn or damaged tail" in caplog.text
+    assert tlog.append(_records(1, 50)) == 50  # appends go on after the last whole record
+    assert [r[0] for r in _read_all(tlog)] == list(range(51))
+
+
+def test_garbage_in_the_newest_segment_keeps_everything_before_it(tmp_path):
+    path = str(tmp_path / "t.wal")
+    tlog = TopicLog("t", path, 1 << 20, 100)
+    recs = _records(20)
+    tlog.append(recs)
+    tlog.close()
+    seg = os.path.join(path, sorted(os.listdir(path))[-1])
+    cut = sum(map(len, recs[:12])) + 9
+    with open(seg, "r+b") as fh:
+        fh.seek(cut)
+        fh.write(b"\xff\xfe")  # inside record 12's payload: its checksum fails
+    tlog = TopicLog("t", path, 1 << 20, 100)
+    assert tlog.head == 12
+    assert [r[0] for r in _read_all(tlog)] == list(range(12))
+
+
+def test_a_damaged_older_segment_is_skipped_not_the_ones_after(tmp_path, caplog):
+    path = str(tmp_path / "t.wal")
+    tlog = TopicLog("t", path, 3000, 100)
+    for i in range(0, 300, 10):
+        tlog.append(_records(10, i))
+    bases = [b for b, _ in tlog.segments()]
+    tlog.close()
+    second = os.path.join(path, f"{bases[1]:020d}.log")
+    with open(second, "r+b") as fh:
+        fh.seek(500)
+        fh.write(b"\x00\x01\x02\x03")
+    tlog = TopicLog("t", path, 3000, 100)
+    got = [r[0] for r in _read_all(tlog)]
+    assert got[:bases[1]] == list(range(bases[1]))  # before the damage
+    assert got[-(300 - bases[2]):] == list(range(bases[2], 300))  # the next segments whole
+    assert "damaged record" in caplog.text
+
+
+def test_segments_below_the_floor_are_deleted_never_the_newest(tmp_path):
+    path = str(tmp_path / "t.wal")
+    tlog = TopicLog("t", path, 2000, 100)
+    for i in range(0, 200, 10):
+        tlog.append(_records(10, i))
+    bases = [b for b, _ in tlog.segments()]
+    assert tlog.delete_before(bases[2]) == 2
+    assert tlog.first == bases[2]
+    assert len(os.listdir(path)) == len(bases) - 2
+    assert tlog.delete_before(10**9) == len(bases) - 3  # the newest stays
+    assert tlog.read(0, 5)[0][0][0] == tlog.first
+
+
+def test_a_full_disk_refuses_the_append_and_keeps_the_log_whole(tmp_path, monkeypatch):
+    from nsq.server.nsqd import topiclog
+    from nsq.server.nsqd.backend import BackendFull
+
+    tlog = TopicLog("t", str(tmp_path / "t.wal"), 1 << 20, 100)
+    tlog.append(_records(5))
+
+    def no_space(fd, data):
+        os.write(fd, bytes(data)[:7])  # a partial write, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(topiclog, "write_all", no_space)
+    with pytest.raises(BackendFull):
+        tlog.append(_records(3, 5))
+    assert tlog.error and "No space" in tlog.error
+    monkeypatch.undo()
+    assert tlog.head == 5
+    assert tlog.append(_records(3, 5)) == 5
+    assert tlog.error is None
+    assert [r[0] for r in _read_all(tlog)] == list(range(8))
+
+
+# -- the range set ----------------------------------------------------------------------
+
+
+def test_range_set_folds_out_of_order_finishes_into_the_low_water_mark():
+    rs = RangeSet(10)
+    rs.add_many([12, 13, 15])
+    assert rs.low == 10 and rs.ranges() == [[12, 14], [15, 16]]
+    assert 12 in rs and 14 not in rs and 9 in rs and 10 not in rs
+    assert rs.next_gap(12) == (14, 15) and rs.next_gap(10) == (10, 12)
+    assert rs.count_from(13) == 2
+    rs.add_many([11, 10, 14])
+    assert rs.low == 16 and rs.ranges() == []
+    rs.add_many(list(range(100, 20, -1)))
+    assert rs.ranges() == [[21, 101]] and rs.low == 16
+
+
+# -- nsqd with --storage=wal -------------------------------------------------------------
+
+
+@pytest.fixture
+async def wal_nsqd(make_nsqd, tmp_path):
+    async def factory(**options):
+        options.setdefault("data_path", str(tmp_path))
+        options.setdefault("storage", "wal")
+        return await make_nsqd(**options)
+
+    return factory
+
+
+async def _consume(port: int, topic: str, channel: str, count: int, rdy: int = 100, fin: bool = True,
+                   timeout: float = 10.0) -> list[bytes]:
+    conn = await Conn.open(port)
+    await conn.subscribe(topic, channel, rdy=rdy)
+    bodies = []
+    try:
+        while len(bodies) < count:
+            msg = await conn.read_message(timeout)
+            bodies.append(msg.body)
+            if fin:
+                await conn.send(c.fin(msg.id))
+        await asyncio.sleep(0.05)
+    finally:
+        await conn.aclose()
+    return bodies
+
+
+async def test_a_topic_with_no_channel_keeps_everything_for_the_first_channel(wal_nsqd):
+    nsqd = await wal_nsqd(mem_queue_size=100)
+    topic = nsqd.get_topic("dur")
+    topic.publish([b"%d" % i for i in range(5000)])
+    assert topic.depth == 5000 and not topic.queue
+    got = await _consume(nsqd.tcp_port, "dur", "c", 5000)
+    assert got == [b"%d" % i for i in range(5000)]
+
+
+async def test_an_ephemeral_channel_reads_the_log_and_drops_nothing(wal_nsqd):
+    nsqd = await wal_nsqd(mem_queue_size=100)
+    nsqd.get_topic("dur").publish([b"%d" % i for i in range(3000)])
+    got = await _consume(nsqd.tcp_port, "dur", "tail#ephemeral", 3000, rdy=200)
+    assert sorted(got, key=int) == [b"%d" % i for i in range(3000)]
+
+
+async def test_four_channels_cost_one_write_per_message(wal_nsqd, tmp_path):
+    nsqd = await wal_nsqd(mem_queue_size=10)
+    topic = nsqd.get_topic("four")
+    for name in "abcd":
+        topic.get_channel(name)
+    body = b"p" * 200
+    for _ in range(10):
+        topic.publish([body] * 100)
+    on_disk = sum(os.path.getsize(tmp_path / "four.wal" / f) for f in os.listdir(tmp_path / "four.wal")
+                  if f.endswith(".log"))
+    assert on_disk == 1000 * (26 + 200 + 12)
+    assert not [f for f in os.listdir(tmp_path) if "diskqueue" in f]
+    for name in "abcd":
+        ch = topic.channels[name]
+        assert ch.depth == 1000 and len(ch.queue) <= 10
+    for name in "ab":
+        assert len(await _consume(nsqd.tcp_port, "four", name, 1000)) == 1000
+    assert topic.channels["a"].depth == 0 and topic.channels["c"].depth == 1000
+
+
+async def test_channel_state_survives_a_restart(wal_nsqd, tmp_path):
+    nsqd = await wal_nsqd(mem_queue_size=50, max_bytes_per_file=4096)
+    topic = nsqd.get_topic("dur")
+    topic.get_channel("c")
+    topic.publish([b"%d" % i for i in range(1000)])
+    first = await _consume(nsqd.tcp_port, "dur", "c", 400)
+    # 20 more delivered and left in flight: they come again after the restart
+    await _consume(nsqd.tcp_port, "dur", "c", 20, rdy=20, fin=False)
+    await nsqd.stop()
+    again = await wal_nsqd(mem_queue_size=50, max_bytes_per_file=4096)
+    channel = again.get_topic("dur").channels["c"]
+    assert channel.depth == 600
+    rest = await _consume(again.tcp_port, "dur", "c", 600)
+    assert sorted(first + rest, key=int) == [b"%d" % i for i in range(1000)]
+    # everything is finished: the segments before the newest go at the next checkpoint
+    again.checkpoint_logs()
+    await wait_for(lambda: len([f for f in os.listdir(tmp_path / "dur.wal") if f.endswith(".log")]) == 1, 2.0)
+
+
+async def test_deleting_a_channel_releases_its_hold_and_empty_moves_it_to_the_head(wal_nsqd, tmp_path):
+    nsqd = await wal_nsqd(mem_queue_size=10, max_bytes_per_file=2048)
+    topic = nsqd.get_topic("t")
+    topic.get_channel("slow")
+    topic.get_channel("gone")
+    topic.publish([b"x" * 100] * 300)
+    segments = len(list(topic.log.segments()))
+    nsqd.checkpoint_logs()
+    await asyncio.sleep(0.1)
+    assert len(list(topic.log.segments())) == segments  # both channels hold them
+    topic.delete_channel("gone")
+    assert not (tmp_path / "t.wal" / "gone.cursor").exists()
+    topic.channels["slow"].empty()
+    assert topic.channels["slow"].depth == 0
+    nsqd.checkpoint_logs()
+    await wait_for(lambda: len(list(topic.log.segments())) == 1, 2.0)
+
+
+async def test_dpub_in_the_log_keeps_its_delay_across_a_restart(wal_nsqd):
+    nsqd = await wal_nsqd(mem_queue_size=5)
+    topic = nsqd.get_topic("d")
+    topic.get_channel("c")
+    topic.publish([b"now%d" % i for i in range(10)])  # past memory: the channel reads the log
+    topic.publish([b"later"], defer_ms=1500)
+    await nsqd.stop()
+    again = await wal_nsqd(mem_queue_size=5)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    got = await _consume(again.tcp_port, "d", "c", 11, timeout=5)
+    assert got[-1] == b"later" and sorted(got[:10]) == sorted(b"now%d" % i for i in range(10))
+    assert loop.time() - started > 0.8
+
+
+async def test_req_with_a_delay_survives_a_restart(wal_nsqd):
+    nsqd = await wal_nsqd()
+    topic = nsqd.get_topic("r")
+    topic.get_channel("c")
+    topic.publish([b"a", b"b"])
+    conn = await Conn.open(nsqd.tcp_port)
+    await conn.subscribe("r", "c", rdy=2)
+    m1 = await conn.read_message()
+    m2 = await conn.read_message()
+    await conn.send(c.fin(m1.id), c.req(m2.id, 1500))
+    await asyncio.sleep(0.1)
+    await conn.aclose()
+    await nsqd.stop()
+    again = await wal_nsqd()
+    channel = again.get_topic("r").channels["c"]
+    conn = await Conn.open(again.tcp_port)
+    await conn.subscribe("r", "c", rdy=5)
+    await conn.expect_nothing(0.5)
+    msg = await conn.read_message(3.0)
+    assert msg.body == m2.body and msg.id == m2.id and msg.attempts == 2
+    assert channel.depth == 0
+    await conn.aclose()
+
+
+def test_a_crash_redelivers_what_was_not_finished_and_nothing_is_lost(tmp_path):
+    """kill -9 under --storage=wal: every acknowledged message is delivered
+    after the restart unless it was finished before the crash; what comes
+    again is at most what was finished after the last checkpoint."""
+    import signal
+    import socket
+    import time
+
+    from tests.reliability.daemons import NSQDDaemon
+    from tests.reliability.v2sock import V2Socket
+
+    flags = (f"--data-path={tmp_path}", "--storage=wal", "--mem-queue-size=100", "--sync-timeout=100ms",
+             "--max-bytes-per-file=65536")
+    d = NSQDDaemon(*flags)
+    try:
+        pub = V2Socket(d.tcp_port)
+        acked = []
+        for i in range(0, 3000, 100):
+            bodies = [b"%d" % j for j in range(i, i + 100)]
+            assert pub.mpub("crash", bodies) == (0, b"OK")
+            acked += bodies
+        sub = V2Socket(d.tcp_port)
+        sub.sub("crash", "c", rdy=50)
+        finished = []
+        for _ in range(1000):
+            msg_id, _attempts, body = sub.read_message()
+            sub.fin(msg_id)
+            finished.append(body)
+        time.sleep(0.5)  # a checkpoint or more
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(5)
+    finally:
+        d.stop()
+    d = NSQDDaemon(*flags)
+    try:
+        sub = V2Socket(d.tcp_port, timeout=2.0)
+        sub.sub("crash", "c", rdy=200)
+        got = []
+        try:
+            while True:
+                msg_id, _attempts, body = sub.read_message()
+                sub.fin(msg_id)
+                got.append(body)
+        except (socket.timeout, TimeoutError):
+            pass
+        lost = set(acked) - set(finished) - set(got)
+        assert not lost, f"{len(lost)} acknowledged messages lost"
+        assert set(got) >= set(acked) - set(finished)
+        assert len(got) < 2000 + 1000
+    finally:
+        d.stop()
+
+
+def test_diskqueue_mode_refuses_a_wal_data_path(tmp_path):
+    from nsq.server.nsqd.nsqd import NSQD
+    from nsq.server.nsqd.options import NSQDOptions
+
+    async def run(storage):
+        n = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", data_path=str(tmp_path),
+                             storage=storage))
+        try:
+            await n.start()
+            if storage == "wal":
+                n.get_topic("t").publish([b"x"])
+        finally:
+            await n.stop()
+
+    asyncio.run(run("wal"))
+    with pytest.raises(ValueError, match="--storage=wal"):
+        asyncio.run(run("diskqueue"))
+
+
+
+async def test_wal_takes_over_a_disk_queue_data_path_and_loses_nothing(make_nsqd, tmp_path):
+    # written in the default format: a topic backlog (no channel yet for
+    # "held"), two channels with their own backlogs, a deferred message
+    nsqd = await make_nsqd(data_path=str(tmp_path), mem_queue_size=0)
+    held = nsqd.get_topic("held")
+    held.publish([b"h%d" % i for i in range(30)])
+    topic = nsqd.get_topic("t")
+    topic.get_channel("a")
+    topic.get_channel("b")
+    topic.publish([b"m%d" % i for i in range(100)])
+    got_a = await _consume(nsqd.tcp_port, "t", "a", 40)  # a is 40 ahead of b
+    topic.publish([b"late"], defer_ms=800)
+    await nsqd.stop()
+    assert [f for f in os.listdir(tmp_path) if "diskqueue" in f]
+
+    wal = await make_nsqd(data_path=str(tmp_path), storage="wal", mem_queue_size=10)
+    assert not [f for f in os.listdir(tmp_path) if "diskqueue" in f]
+    state = (tmp_path / "nsqd.storage.json").read_text()
+    assert '"storage": "wal"' in state and '"topic": "t"' in state
+    t = wal.get_topic("t")
+    # the deferred message is in each channel's part of the log: counted in
+    # depth until the channel reads its record and defers it again
+    assert t.channels["a"].depth == 61 and t.channels["b"].depth == 101
+    rest_a = await _consume(wal.tcp_port, "t", "a", 61, timeout=5)
+    rest_b = await _consume(wal.tcp_port, "t", "b", 101, timeout=5)
+    want = sorted([b"m%d" % i for i in range(100)] + [b"late"])
+    assert sorted(got_a + rest_a) == want
+    assert sorted(rest_b) == want
+    assert sorted(await _consume(wal.tcp_port, "held", "first", 30)) == sorted(b"h%d" % i for i in range(30))
