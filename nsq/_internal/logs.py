@@ -6,7 +6,7 @@ import logging
 import sys
 import time
 
-__all__ = ["setup_logging", "set_level", "LEVELS"]
+__all__ = ["HeldLogs", "setup_logging", "set_level", "LEVELS"]
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -54,3 +54,50 @@ def setup_logging(prefix: str, level: str) -> None:
 def set_level(level: str) -> None:
     """Change the ``nsq`` loggers' level (``/config/log_level``)."""
     logging.getLogger("nsq").setLevel(LEVELS[level.lower()])
+
+
+class HeldLogs(logging.Handler):
+    """Holds back what the ``nsq`` loggers log (a daemon's start), so a
+    start that fails prints one ``Error:`` line and nothing before it.
+
+    Made by :meth:`hold`; then either :meth:`replay` (log everything held,
+    in order, with its own time) or :meth:`discard`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+        self._root = logging.getLogger("nsq")
+        self._handlers: list[logging.Handler] = []
+        self._propagate = True
+
+    @classmethod
+    def hold(cls) -> HeldLogs:
+        """Start holding: the ``nsq`` logger's handlers are set aside."""
+        held = cls()
+        root = held._root
+        held._handlers, held._propagate = root.handlers[:], root.propagate
+        root.handlers[:] = [held]
+        root.propagate = False
+        return held
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def _restore(self) -> None:
+        if self._root.handlers == [self]:
+            self._root.handlers[:] = self._handlers
+            self._root.propagate = self._propagate
+
+    def replay(self, min_level: int = logging.NOTSET) -> None:
+        """Stop holding; log the held records of ``min_level`` and above."""
+        self._restore()
+        for record in self.records:
+            if record.levelno >= min_level:
+                self._root.handle(record)
+        self.records.clear()
+
+    def discard(self) -> None:
+        """Stop holding; forget the held records."""
+        self._restore()
+        self.records.clear()

@@ -173,7 +173,7 @@ def flag_values(specs, flags: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-async def serve_daemon(daemon: Any, log: Any) -> int:
+async def serve_daemon(daemon: Any, log: Any, banner: tuple[str, ...] = ()) -> int:
     """Raise the open-file limit (:mod:`nsq.server.fdlimit`), start
     ``daemon`` (``await start()``), tune the cycle collector
     (:mod:`nsq.server.gctune`), hand freed memory back every 10 s
@@ -181,17 +181,35 @@ async def serve_daemon(daemon: Any, log: Any) -> int:
     daemon stops itself (nsqd's ``POST /drain``), then ``await stop()``.
     With nsqd's ``--drain-timeout`` a signal drains first (``drain()``; a
     second signal ends the wait). Returns the exit code: 0, or 1 if it
-    could not start."""
+    could not start.
 
+    ``banner`` lines are logged (info) first. Logs are held back until the
+    start succeeds: a start that fails prints only ``Error: ...``
+    (:func:`~nsq._internal.neterrors.describe_error`: ``cannot listen on
+    127.0.0.1:4151 (HTTP): address already in use``) and the warnings
+    logged meanwhile, if any, after it."""
+
+    import logging
+
+    from nsq._internal.logs import HeldLogs
+    from nsq._internal.neterrors import describe_error
     from nsq.server.fdlimit import raise_nofile_limit
 
+    held = HeldLogs.hold()
+    for line in banner:
+        log.info("%s", line)
     raise_nofile_limit()  # as Go's runtime: connections are fds
     try:
         await daemon.start()
     except (OSError, ValueError) as exc:
-        log.critical("failed to start: %s", exc)
         await daemon.stop()
+        click.echo(f"Error: {describe_error(exc)}", err=True)
+        held.replay(logging.WARNING)
         return 1
+    except BaseException:
+        held.replay()
+        raise
+    held.replay()
     from nsq.server.gctune import tune_for_daemon
     from nsq.server.memtrim import trim_periodically
 

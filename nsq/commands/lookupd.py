@@ -57,5 +57,4 @@ async def _serve(opts: LookupdOptions) -> int:
     from nsq.server.lookupd import NSQLookupd
 
     log = logging.getLogger("nsq.lookupd")
-    log.info("nsqlookupd v%s (nsq-python %s)", NSQ_VERSION, __version__)
-    return await serve_daemon(NSQLookupd(opts), log)
+    return await serve_daemon(NSQLookupd(opts), log, (f"nsqlookupd v{NSQ_VERSION} (nsq-python {__version__})",))

@@ -73,6 +73,5 @@ async def _serve(opts: NSQDOptions) -> int:
     from nsq.server.nsqd import NSQD
 
     log = logging.getLogger("nsq.nsqd")
-    log.info("nsqd v%s (nsq-python %s)", NSQ_VERSION, __version__)
-    log.info("ID: %d", opts.node_id)
-    return await serve_daemon(NSQD(opts), log)
+    return await serve_daemon(NSQD(opts), log, (f"nsqd v{NSQ_VERSION} (nsq-python {__version__})",
+                                                f"ID: {opts.node_id}"))

@@ -8,6 +8,7 @@ with the status code; unknown paths 404 ``NOT_FOUND``, wrong methods 405
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -106,37 +107,52 @@ class HTTPListener:
         self.app = web.Application(middlewares=[_errors, *middlewares], client_max_size=client_max_size)
         self.router = self.app.router
         self._runner: web.AppRunner | None = None
+        self._servers: list[asyncio.AbstractServer] = []
 
-    async def start(self, address: str, ssl_context: Any = None) -> tuple[str, int]:
-        """Listen on ``host:port`` (port 0 picks one); returns the bound (host, port).
-        Called again, it adds another listener for the same application
-        (``ssl_context``: an :class:`ssl.SSLContext` for HTTPS).
+    async def bind(self, address: str, ssl_context: Any = None) -> tuple[str, int]:
+        """Listen on ``host:port`` (port 0 picks one) without answering yet
+        (:meth:`serve` starts); returns the bound (host, port). Called again,
+        it adds another listener for the same application (``ssl_context``:
+        an :class:`ssl.SSLContext` for HTTPS).
 
         Raises:
-            OSError: the address cannot be bound.
-            ValueError: a malformed address.
+            nsq._internal.neterrors.ListenError: (an OSError) a malformed
+                address or one that cannot be bound: ``cannot listen on
+                127.0.0.1:4151 (HTTP): address already in use``.
         """
         from nsq._internal.addresses import split_host_port
+        from nsq._internal.neterrors import listen_errors
 
-        host, port = split_host_port(address)
-        first = self._runner is None
-        if first:
+        if self._runner is None:
             self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
             await self._runner.setup()
-        site = web.TCPSite(self._runner, host or None, port, reuse_address=True, ssl_context=ssl_context)
-        try:
-            await site.start()
-        except BaseException:
-            if first:
-                await self._runner.cleanup()
-                self._runner = None
-            raise
-        sock = site._server.sockets[0]  # type: ignore[union-attr]
-        bound = sock.getsockname()
+        assert self._runner.server is not None
+        with listen_errors("HTTPS" if ssl_context is not None else "HTTP", address):
+            host, port = split_host_port(address)
+            server = await asyncio.get_running_loop().create_server(
+                self._runner.server, host or None, port, ssl=ssl_context, backlog=128, reuse_address=True,
+                start_serving=False)
+        self._servers.append(server)
+        bound = server.sockets[0].getsockname()
         return bound[0], bound[1]
+
+    async def serve(self) -> None:
+        """Answer requests on every address bound so far."""
+        for server in self._servers:
+            await server.start_serving()
+
+    async def start(self, address: str, ssl_context: Any = None) -> tuple[str, int]:
+        """:meth:`bind` then :meth:`serve` (on a failure, the listeners bound
+        before it stay bound: :meth:`stop` closes them)."""
+        bound = await self.bind(address, ssl_context)
+        await self.serve()
+        return bound
 
     async def stop(self) -> None:
         """Close the listener and every HTTP connection."""
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

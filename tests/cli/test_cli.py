@@ -64,7 +64,7 @@ def test_bad_config_file_is_a_clean_error(tmp_path):
 def test_port_in_use_exits_nonzero(nsqd_proc, tmp_path):
     r = run_nsq("nsqd", f"--tcp-address={nsqd_proc.tcp}", "--http-address=127.0.0.1:0", f"--data-path={tmp_path}")
     assert r.returncode == 1
-    assert b"failed to start" in r.stderr
+    assert r.stderr == f"Error: cannot listen on {nsqd_proc.tcp} (TCP): address already in use\n".encode()
 
 
 def test_sigterm_exits_zero(nsqd_proc):

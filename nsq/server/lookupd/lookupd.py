@@ -16,6 +16,7 @@ import socket
 
 from nsq.protocol.names import is_ephemeral
 from nsq._internal.addresses import fmt_addr, split_host_port
+from nsq._internal.neterrors import listen_errors
 from nsq.server.lookupd.options import LookupdOptions
 from nsq.server.lookupd.protocol_v1 import LookupProtocolV1
 from nsq.server.lookupd.registration_db import Peer, Producer, RegistrationDB
@@ -52,24 +53,28 @@ class NSQLookupd:
         """Bind the TCP and HTTP listeners.
 
         Raises:
-            OSError: an address cannot be bound.
-            ValueError: a malformed address.
+            nsq._internal.neterrors.ListenError: (an OSError) an address
+                that is malformed or cannot be bound (``cannot listen on
+                0.0.0.0:4160 (TCP): address already in use``).
         """
         from nsq.server.lookupd.http import LookupdHTTPServer
 
         loop = asyncio.get_running_loop()
-        host, port = split_host_port(self.options.tcp_address)
-        self._tcp_server = await loop.create_server(
-            lambda: LookupProtocolV1(self), host or None, port, reuse_address=True, backlog=1024
-        )
+        with listen_errors("TCP", self.options.tcp_address):
+            host, port = split_host_port(self.options.tcp_address)
+            self._tcp_server = await loop.create_server(
+                lambda: LookupProtocolV1(self), host or None, port, reuse_address=True, backlog=1024,
+                start_serving=False
+            )
         self.tcp_host, self.tcp_port = self._tcp_server.sockets[0].getsockname()[:2]
-        log.info("TCP: listening on %s", fmt_addr(self.tcp_host, self.tcp_port))
         try:
             self._http = LookupdHTTPServer(self)
             self.http_host, self.http_port = await self._http.start(self.options.http_address)
         except BaseException:
             self._tcp_server.close()
             raise
+        await self._tcp_server.start_serving()
+        log.info("TCP: listening on %s", fmt_addr(self.tcp_host, self.tcp_port))
         log.info("HTTP: listening on %s", fmt_addr(self.http_host, self.http_port))
         self._started = True
 

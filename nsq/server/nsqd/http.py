@@ -86,6 +86,15 @@ class NSQDHTTPServer:
         """Listen on ``host:port`` (HTTPS with ``ssl_context``); returns the bound (host, port)."""
         return await self._listener.start(address, ssl_context)
 
+    async def bind(self, address: str, ssl_context: Any = None) -> tuple[str, int]:
+        """Bind ``host:port`` without answering until :meth:`serve`
+        (:meth:`HTTPListener.bind <nsq.server.httpapi.HTTPListener.bind>`)."""
+        return await self._listener.bind(address, ssl_context)
+
+    async def serve(self) -> None:
+        """Answer requests on every bound address."""
+        await self._listener.serve()
+
     @web.middleware
     async def _tls_required(self, request: web.Request, handler):
         # Go: with --tls-required=true the plain HTTP listener answers every

@@ -7,7 +7,9 @@ the Spark tests). ``nsq nsqd`` is a thin wrapper around it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import socket
 import time
 from typing import TYPE_CHECKING
@@ -17,6 +19,7 @@ from nsq.protocol.names import is_valid_channel_name
 from nsq.protocol.v2 import Limits
 from nsq._internal.addresses import fmt_addr as _fmt_addr
 from nsq._internal.addresses import split_host_port
+from nsq._internal.neterrors import listen_errors
 from nsq.server.nsqd.backend import BackendQueue
 from nsq.server.nsqd.datapath import DataPath
 from nsq.server.nsqd.drain import Draining
@@ -115,8 +118,10 @@ class NSQD(Draining):
         """Bind the TCP and HTTP listeners and start the timeout scanner.
 
         Raises:
-            OSError: an address cannot be bound.
-            ValueError: a malformed address.
+            nsq._internal.neterrors.ListenError: (an OSError) an address
+                that is malformed or cannot be bound, before anything is
+                written to the data path.
+            OSError: the data path cannot be locked or read.
             ConfigError: a bad statsd / e2e option (a ValueError).
         """
         from nsq.server.nsqd.client_v2 import ClientV2
@@ -134,39 +139,47 @@ class NSQD(Draining):
         self._stopped = asyncio.Event()
         self.start_time = int(time.time())
         self._setup_tls()
-        if self.data_path:
-            self.disk.open()
-            self._load_metadata()
-            self._metadata_loaded = True
-        host, port = split_host_port(self.options.tcp_address)
 
         def factory() -> ClientV2:
             self._next_client_id += 1
             return ClientV2(self, self._next_client_id)
 
-        self._tcp_server = await self._loop.create_server(
-            factory, host or None, port, reuse_address=True, backlog=1024
-        )
+        # listen first, answer later (Go's New() listens before main loads
+        # the metadata): an address that cannot be bound fails the start
+        # before anything is written to the data path
+        with listen_errors("TCP", self.options.tcp_address):
+            host, port = split_host_port(self.options.tcp_address)
+            self._tcp_server = await self._loop.create_server(
+                factory, host or None, port, reuse_address=True, backlog=1024, start_serving=False
+            )
         sockname = self._tcp_server.sockets[0].getsockname()
         self.tcp_host, self.tcp_port = sockname[0], sockname[1]
-        log.info("TCP: listening on %s", _fmt_addr(self.tcp_host, self.tcp_port))
+        reserve = os.path.join(self.data_path, self.disk.RESERVE_FILE) if self.data_path else ""
+        made_reserve = bool(reserve) and not os.path.exists(reserve)
         try:
             self._http = NSQDHTTPServer(self)
-            self.http_host, self.http_port = await self._http.start(self.options.http_address)
+            self.http_host, self.http_port = await self._http.bind(self.options.http_address)
+            if self.tls_context is not None and self.options.https_address:
+                self.https_host, self.https_port = await self._http.bind(self.options.https_address,
+                                                                         self.tls_context)
+            if self.data_path:
+                self.disk.open()
+                self._load_metadata()
+                self._metadata_loaded = True
         except BaseException:
             self._tcp_server.close()
-            self.disk.unlock()
-            raise
-        log.info("HTTP: listening on %s", _fmt_addr(self.http_host, self.http_port))
-        if self.tls_context is not None and self.options.https_address:
-            try:
-                self.https_host, self.https_port = await self._http.start(self.options.https_address,
-                                                                          self.tls_context)
-            except BaseException:
-                self._tcp_server.close()
+            if self._http is not None:
                 await self._http.stop()
-                self.disk.unlock()
-                raise
+            self.disk.unlock()
+            if made_reserve:
+                with contextlib.suppress(OSError):
+                    os.remove(reserve)
+            raise
+        await self._tcp_server.start_serving()
+        await self._http.serve()
+        log.info("TCP: listening on %s", _fmt_addr(self.tcp_host, self.tcp_port))
+        log.info("HTTP: listening on %s", _fmt_addr(self.http_host, self.http_port))
+        if self.https_port:
             log.info("HTTPS: listening on %s", _fmt_addr(self.https_host, self.https_port))
         # as Go: unset broadcast ports become the bound ones (/config shows them)
         if not self.options.broadcast_tcp_port:

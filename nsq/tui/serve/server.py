@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from nsq._internal.neterrors import ListenError, listen_errors
 from nsq.tui.serve.addresses import (
     DEFAULT_HTTP_ADDRESS,
     ServeError,
@@ -246,10 +247,11 @@ class CommandServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host or None, self.port)
         try:
-            await site.start()
-        except OSError as exc:
+            with listen_errors("HTTP", self.http_address):
+                await site.start()
+        except ListenError as exc:
             await self._runner.cleanup()
-            raise ServeError(f"cannot listen on {self.http_address}: {exc.strerror or exc}") from None
+            raise ServeError(str(exc)) from None
         sockets = getattr(site._server, "sockets", None) or []
         if sockets:
             self.port = sockets[0].getsockname()[1]
