@@ -17,7 +17,15 @@ __all__ = ["ConfigError", "OptionSpec", "coerce", "load_config"]
 
 
 class ConfigError(ValueError):
-    """A flag or config-file value that cannot be used."""
+    """A flag or config-file value that cannot be used.
+
+    Attributes:
+        reason: for a value of the wrong type (:func:`coerce`), what was
+            expected, without the value or the option (``not an integer``);
+            "" otherwise.
+    """
+
+    reason = ""
 
 
 @dataclass(frozen=True)
@@ -46,50 +54,87 @@ def _coerce_bool(value: Any) -> bool:
         return value
     word = str(value).strip().lower()
     if word not in _BOOL_WORDS:
-        raise ConfigError(f"invalid boolean {value!r}")
+        raise ValueError(value)
     return _BOOL_WORDS[word]
+
+
+#: what each kind of option takes, for the error about a value that does not fit
+_EXPECTED = {
+    "str": "not a string",
+    "int": "not an integer",
+    "bool": "not a boolean (true or false)",
+    "duration": "not a duration (a Go duration such as \"250ms\", \"2s\", \"1m0s\", or milliseconds)",
+    "list": "not a string or a list of strings",
+    "floatlist": "not a number or a list of numbers",
+    "tls_required": "not true, false or tcp-https",
+}
 
 
 def coerce(spec: OptionSpec, value: Any) -> Any:
     """Convert a flag or config value to the field's type.
 
     Raises:
-        ConfigError: the value does not fit the option.
+        ConfigError: the value does not fit the option (``invalid value 'abc'
+            for --mem-queue-size: not an integer``; ``reason`` holds the
+            part after the colon).
     """
     kind = spec.kind
     try:
         if kind == "str":
+            if isinstance(value, (list, dict, bool)):
+                raise TypeError(value)
             return str(value)
         if kind == "int":
-            if isinstance(value, bool):
+            if isinstance(value, (bool, float)):
                 raise ValueError(value)
             return int(value)
         if kind == "bool":
             return _coerce_bool(value)
         if kind == "duration":
+            if isinstance(value, bool):
+                raise ValueError(value)
             return parse_duration(value)
         if kind == "list":
             if isinstance(value, str):
                 return [value]
+            if not isinstance(value, (list, tuple)):
+                raise TypeError(value)
             return [str(v) for v in value]
         if kind == "floatlist":
             items = value if isinstance(value, (list, tuple)) else [value]
             out: list[float] = []
             for item in items:
+                if isinstance(item, bool):
+                    raise ValueError(item)
                 for part in str(item).split(","):
                     if part.strip():
-                        out.append(float(part))
+                        try:
+                            out.append(float(part))
+                        except ValueError:
+                            value = part  # name the bad item, not the whole list
+                            raise
             return out
         if kind == "tls_required":
             word = str(value).strip().lower()
             if word == "tcp-https":
                 return word
             return "true" if _coerce_bool(word) else "false"
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"invalid value {value!r} for --{spec.flag}: {exc}") from None
+    except (TypeError, ValueError):
+        reason = _EXPECTED[kind]
+        exc = ConfigError(f"invalid value {value!r} for --{spec.flag}: {reason}")
+        exc.reason = reason
+        raise exc from None
     raise ConfigError(f"unknown option kind {kind}")
+
+
+def _toml_value(value: Any) -> str:
+    """``value`` as it is written in TOML (``"abc"``, ``5``, ``true``, ``[1, 2]``)."""
+    import json
+
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):  # dates and times
+        return str(value)
 
 
 def load_config(path: str, specs: dict[str, OptionSpec], aliases: dict[str, str] | None = None) -> dict[str, Any]:
@@ -121,7 +166,11 @@ def load_config(path: str, specs: dict[str, OptionSpec], aliases: dict[str, str]
         spec = specs.get(name)
         if spec is None:
             raise ConfigError(f"failed to load config file {path} - unknown key \"{key}\"")
-        out[name] = coerce(spec, value)
+        try:
+            out[name] = coerce(spec, value)
+        except ConfigError as exc:
+            raise ConfigError(f"invalid value in config file {path}: {key} = {_toml_value(value)}: "
+                              f"{exc.reason or exc}") from None
     return out
 
 
