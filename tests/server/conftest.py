@@ -12,6 +12,33 @@ from nsq.server.nsqd.nsqd import NSQD
 from .helpers import HTTP, Conn
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # modules marked both_storages run each test with --storage=diskqueue
+    # and --storage=wal (for every nsqd started with a data path)
+    if metafunc.definition.get_closest_marker("both_storages") and "storage" in metafunc.fixturenames:
+        metafunc.parametrize("storage", ["diskqueue", "wal"])
+
+
+@pytest.fixture
+def storage() -> str:
+    """The storage engine of the nsqds a test starts with a data path."""
+    import os
+
+    return os.environ.get("NSQ_TEST_STORAGE", "diskqueue")
+
+
+@pytest.fixture
+def make_nsqd(make_nsqd, storage: str) -> Callable[..., Awaitable[NSQD]]:
+    """The plugin's ``make_nsqd``, with ``storage`` for nsqds that have a data path."""
+
+    async def factory(**options: Any) -> NSQD:
+        if options.get("data_path"):
+            options.setdefault("storage", storage)
+        return await make_nsqd(**options)
+
+    return factory
+
+
 @pytest.fixture
 async def nsqd(make_nsqd) -> NSQD:
     return await make_nsqd()

@@ -18,6 +18,10 @@ from nsq.server.nsqd.options import NSQDOptions
 
 from .helpers import Conn, wait_for
 
+#: every test here runs with --storage=diskqueue and --storage=wal (tests/server/conftest.py)
+pytestmark = pytest.mark.both_storages
+
+
 T = TypeVar("T")
 
 

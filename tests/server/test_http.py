@@ -10,6 +10,10 @@ import pytest
 
 from .helpers import HTTP, Conn, c, error_json
 
+#: every test here runs with --storage=diskqueue and --storage=wal (tests/server/conftest.py)
+pytestmark = pytest.mark.both_storages
+
+
 TOP_KEYS = {"version", "health", "start_time", "topics", "memory", "producers"}
 TOPIC_KEYS = {
     "topic_name", "channels", "depth", "backend_depth", "message_count", "message_bytes",

@@ -18,6 +18,10 @@ from nsq.server.nsqd.statsd import host_key, metric_line, pack_lines, resolve_pr
 
 from .helpers import HTTP, Conn, c, wait_for
 
+#: every test here runs with --storage=diskqueue and --storage=wal (tests/server/conftest.py)
+pytestmark = pytest.mark.both_storages
+
+
 MEM_GAUGES = ["heap_objects", "heap_idle_bytes", "heap_in_use_bytes", "heap_released_bytes",
               "gc_pause_usec_100", "gc_pause_usec_99", "gc_pause_usec_95", "next_gc_bytes"]
 

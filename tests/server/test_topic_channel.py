@@ -5,11 +5,17 @@ channel uses of a V2 client)."""
 
 from __future__ import annotations
 
+import pytest
+
 import time
 from typing import NamedTuple
 
 from nsq.server.nsqd.message import ATTEMPTS, BODY, ID
 from nsq.server.nsqd.topic import Topic
+
+#: every test here runs with --storage=diskqueue and --storage=wal (tests/server/conftest.py)
+pytestmark = pytest.mark.both_storages
+
 
 
 class Delivered(NamedTuple):
