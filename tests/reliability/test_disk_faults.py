@@ -101,10 +101,11 @@ def drain(d: NSQDDaemon, channel: str = "c", quiet: float = 2.0) -> dict[int, in
     return got
 
 
-def test_full_disk_refuses_stays_bounded_recovers_and_survives_kill9(tmpfs):
+@pytest.mark.parametrize("storage", ["diskqueue", "wal"])
+def test_full_disk_refuses_stays_bounded_recovers_and_survives_kill9(tmpfs, storage):
     data = tmpfs / "data"
     data.mkdir()
-    flags = (f"--data-path={data}", "--mem-queue-size=0", "--sync-every=1")
+    flags = (f"--data-path={data}", "--mem-queue-size=0", "--sync-every=1", f"--storage={storage}")
     d = NSQDDaemon(*flags)
     try:
         d.post("/topic/create?topic=t")

@@ -296,7 +296,8 @@ class TopicLog:
             write_all(self._wfd, data)
         except OSError as exc:
             self._cut_back(active)
-            self.error = f"failed to write to the topic log - {os.strerror(exc.errno or 0)}"
+            text = exc.strerror or str(exc)
+            self.error = f"write {active.path}: {text[:1].lower()}{text[1:]}"  # Go's wording
             raise BackendFull(self.error) from None
         self.error = None
         index = active.index
