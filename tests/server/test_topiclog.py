@@ -414,3 +414,26 @@ async def test_wal_takes_over_a_disk_queue_data_path_and_loses_nothing(make_nsqd
     assert sorted(got_a + rest_a) == want
     assert sorted(rest_b) == want
     assert sorted(await _consume(wal.tcp_port, "held", "first", 30)) == sorted(b"h%d" % i for i in range(30))
+
+
+def test_nsq_tail_started_after_nsq_pub_gets_every_message(tmp_path):
+    """`seq 1 50000 | nsq pub --topic dur`, then `nsq tail --topic dur -n
+    50000`: with --storage=wal the tail's #ephemeral channel reads the log
+    (with the disk-queue engine, as with Go, it drops what is past
+    --mem-queue-size)."""
+    import subprocess
+    import sys
+
+    from tests.reliability.daemons import NSQDDaemon
+
+    d = NSQDDaemon(f"--data-path={tmp_path}", "--storage=wal")
+    try:
+        addr = f"127.0.0.1:{d.tcp_port}"
+        lines = b"".join(b"%d\n" % i for i in range(1, 50001))
+        subprocess.run([sys.executable, "-m", "nsq", "pub", "--topic", "dur", "--nsqd-tcp-address", addr],
+                       input=lines, check=True, timeout=60, capture_output=True)
+        out = subprocess.run([sys.executable, "-m", "nsq", "tail", "--topic", "dur", "--nsqd-tcp-address", addr,
+                              "-n", "50000"], check=True, timeout=60, capture_output=True).stdout
+        assert sorted(out.split(), key=int) == lines.split()
+    finally:
+        d.stop()
