@@ -1,0 +1,633 @@
+"""Daemons and clients in network namespaces, and the message accounting of
+the cluster fault tests.
+
+- :class:`NSQDNode` / :class:`LookupdNode`: ``python -m nsq nsqd|lookupd``
+  in a :class:`~tests.faults.netns.Host`, on fixed ports of the host's own
+  address (4150/4151, 4160/4161: every host is its own namespace), started,
+  signalled (SIGKILL, SIGSTOP, SIGTERM) and restarted on the same data path.
+- :class:`ClientProcess`: ``nsq tail`` / ``nsq pub`` / ``nsq to-nsq`` (or a
+  script) in a host, each stdout line kept with the monotonic time it was
+  read.
+- :class:`Stream`: one stream of unique message bodies: what nsqd
+  acknowledged (``OK``) and when each consumer got what; lost, duplicates,
+  longest gap between deliveries.
+- :class:`FailoverPublisher`: :class:`~nsq.client.Producer` s behind a round
+  robin that moves on to the next nsqd after a failed publish.
+
+Times are ``time.monotonic()`` seconds. HTTP goes through
+:func:`http_json`, run in a thread that enters the caller's host first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tests.faults.netns import Host
+
+__all__ = ["Cluster", "NSQDNode", "LookupdNode", "ClientProcess", "Stream", "FailoverPublisher", "http_json", "rss_mib",
+           "Row", "RETRYABLE"]
+
+NSQD_TCP, NSQD_HTTP = 4150, 4151
+LOOKUPD_TCP, LOOKUPD_HTTP = 4160, 4161
+PYTHON = sys.executable
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def http_json(via: Host, url: str, method: str = "GET", timeout: float = 3.0) -> Any:
+    """GET/POST ``url`` from inside ``via`` (this thread enters it for the
+    call); the decoded JSON answer, or the raw bytes if it is not JSON."""
+    with via.inside():
+        req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            data = r.read()
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data
+
+
+async def ahttp_json(via: Host, url: str, method: str = "GET", timeout: float = 3.0) -> Any:
+    """:func:`http_json` in a worker thread."""
+    return await asyncio.to_thread(http_json, via, url, method, timeout)
+
+
+def rss_mib(pid: int, key: str = "VmRSS") -> float:
+    """A ``kB`` field of /proc/<pid>/status, in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    raise KeyError(key)
+
+
+class _Node:
+    """One daemon in a host; ``tester`` is the host HTTP checks come from."""
+
+    command = ""
+    tcp_port = http_port = 0
+
+    def __init__(self, host: Host, tester: Host, workdir: Path, *flags: str) -> None:
+        self.host = host
+        self.tester = tester
+        self.dir = workdir / host.name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.dir / "log"
+        self.flags = list(flags)
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def tcp(self) -> str:
+        return f"{self.host.ip}:{self.tcp_port}"
+
+    @property
+    def http(self) -> str:
+        return f"{self.host.ip}:{self.http_port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def argv(self) -> list[str]:
+        ip = self.host.ip
+        return [PYTHON, "-m", "nsq", self.command, f"--tcp-address={ip}:{self.tcp_port}",
+                f"--http-address={ip}:{self.http_port}", f"--broadcast-address={ip}", "--log-level=info",
+                *self.extra_flags(), *self.flags]
+
+    def extra_flags(self) -> list[str]:
+        return []
+
+    def start(self) -> None:
+        """Start the process (appending to its log); :meth:`wait_ready` next."""
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(f"---- start {self.starts} ----\n".encode())
+            log.flush()
+            self.proc = self.host.popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        cwd=self.dir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def wait_ready(self, timeout: float = 30) -> float:
+        """Poll ``/ping`` until it answers; returns the monotonic time it did."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.command} on {self.host} exited {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if http_json(self.tester, f"http://{self.http}/ping", timeout=1) == b"OK":
+                    return time.monotonic()
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.command} on {self.host} did not start:\n{self.log_tail()}")
+
+    def get(self, path: str, timeout: float = 3.0) -> Any:
+        return http_json(self.tester, f"http://{self.http}{path}", timeout=timeout)
+
+    async def aget(self, path: str, timeout: float = 3.0) -> Any:
+        return await ahttp_json(self.tester, f"http://{self.http}{path}", timeout=timeout)
+
+    def post(self, path: str, timeout: float = 3.0) -> Any:
+        return http_json(self.tester, f"http://{self.http}{path}", method="POST", timeout=timeout)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL, and reap it."""
+        self.signal(signal.SIGKILL)
+        assert self.proc is not None
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 15) -> int | None:
+        """SIGTERM (SIGCONT first, in case it was stopped), wait; SIGKILL
+        after ``timeout`` s. Returns the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+    def rss(self) -> float:
+        """Resident set size now (MiB)."""
+        return rss_mib(self.pid)
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+class NSQDNode(_Node):
+    """``nsq nsqd`` on ``host:4150``/``4151`` with its own data path,
+    registered with ``lookupds`` (TCP addresses)."""
+
+    command = "nsqd"
+    tcp_port, http_port = NSQD_TCP, NSQD_HTTP
+
+    def __init__(self, host: Host, tester: Host, workdir: Path, lookupds: Iterable[str] = (), *flags: str) -> None:
+        super().__init__(host, tester, workdir, *flags)
+        self.lookupds = list(lookupds)
+        (self.dir / "data").mkdir(exist_ok=True)
+
+    def extra_flags(self) -> list[str]:
+        return [f"--data-path={self.dir / 'data'}", *(f"--lookupd-tcp-address={a}" for a in self.lookupds)]
+
+    def stats(self, topic: str = "", timeout: float = 3.0) -> dict:
+        q = f"&topic={topic}" if topic else ""
+        return self.get(f"/stats?format=json{q}", timeout=timeout)
+
+    async def astats(self, topic: str = "", timeout: float = 3.0) -> dict:
+        return await asyncio.to_thread(self.stats, topic, timeout)
+
+    def depth(self, topic: str) -> int:
+        """Messages of ``topic`` not finished yet on this nsqd: the topic's
+        depth plus each channel's depth, in flight and deferred."""
+        total = 0
+        for t in self.stats(topic).get("topics", []):
+            if t["topic_name"] != topic:
+                continue
+            total += t["depth"]
+            for c in t["channels"]:
+                total += c["depth"] + c["in_flight_count"] + c["deferred_count"]
+        return total
+
+    def create(self, topic: str, *channels: str) -> None:
+        """The topic and its channels, by HTTP (so they exist before any publish)."""
+        self.post(f"/topic/create?topic={topic}")
+        for ch in channels:
+            self.post(f"/channel/create?topic={topic}&channel={ch}")
+
+
+class LookupdNode(_Node):
+    """``nsq lookupd`` on ``host:4160``/``4161``."""
+
+    command = "lookupd"
+    tcp_port, http_port = LOOKUPD_TCP, LOOKUPD_HTTP
+
+    def node_addresses(self, via: Host | None = None, timeout: float = 2.0) -> set[str]:
+        """The broadcast addresses ``/nodes`` lists (asked from ``via``,
+        default the tester)."""
+        answer = http_json(via or self.tester, f"http://{self.http}/nodes", timeout=timeout)
+        return {p["broadcast_address"] for p in answer.get("producers", [])}
+
+    def lookup(self, topic: str, via: Host | None = None, timeout: float = 2.0) -> set[str]:
+        """The broadcast addresses ``/lookup?topic=`` lists ({} for 404)."""
+        try:
+            answer = http_json(via or self.tester, f"http://{self.http}/lookup?topic={topic}", timeout=timeout)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return set()
+            raise
+        return {p["broadcast_address"] for p in answer.get("producers", [])}
+
+
+class ClientProcess:
+    """A client process in a host; stdout lines kept as ``(time, line)``
+    (``line`` without its newline), stderr in a file.
+
+    Args:
+        host: where it runs.
+        argv: the command (``[PYTHON, "-m", "nsq", "tail", ...]``).
+        workdir: where its stderr file goes.
+        name: a file name for it.
+        stdin: bytes to write to its stdin, then close it (None: no stdin).
+    """
+
+    def __init__(self, host: Host, argv: list[str], workdir: Path, name: str, stdin: bytes | None = None) -> None:
+        self.host = host
+        self.name = name
+        self.err_path = workdir / f"{name}.stderr"
+        self.lines: list[tuple[float, bytes]] = []
+        self._err = open(self.err_path, "wb")
+        self.proc = host.popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=self._err, cwd=ROOT,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self._writer: threading.Thread | None = None
+        if stdin is not None:
+            self._writer = threading.Thread(target=self._write, args=(stdin,), daemon=True)
+            self._writer.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        lines = self.lines
+        for line in self.proc.stdout:
+            lines.append((time.monotonic(), line.rstrip(b"\n")))
+
+    def _write(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr(self, n: int = 40) -> str:
+        self._err.flush()
+        return "\n".join(self.err_path.read_text(errors="replace").splitlines()[-n:])
+
+    async def wait(self, timeout: float) -> int | None:
+        """Wait for it to exit; None if it still runs after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        return self.proc.poll()
+
+    def stop(self) -> int | None:
+        """SIGTERM (SIGKILL after 10 s); the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._reader.join(5)
+        self._err.close()
+        return self.proc.returncode
+
+
+class Row:
+    """One line of the closing table (times in seconds, None: not measured)."""
+
+    COLUMNS = ("scenario", "stream", "acknowledged", "delivered", "lost", "duplicates", "longest gap s",
+               "recover s")
+
+    def __init__(self, scenario: str, stream: str, acknowledged: int, delivered: int, lost: int, duplicates: int,
+                 gap: float | None, recover: float | None, note: str = "") -> None:
+        self.values = (scenario, stream, acknowledged, delivered, lost, duplicates, gap, recover)
+        self.note = note
+
+    def cells(self) -> list[str]:
+        out = []
+        for v in self.values:
+            if v is None:
+                out.append("-")
+            elif isinstance(v, float):
+                out.append(f"{v:.2f}")
+            else:
+                out.append(str(v))
+        return out
+
+    def line(self) -> str:
+        return "| " + " | ".join(self.cells()) + " |" + (f" {self.note}" if self.note else "")
+
+
+class Stream:
+    """One stream of unique bodies (``b"<name>:<seq>"``).
+
+    Attributes:
+        acked: bodies nsqd answered ``OK`` to (or, for a tool that only
+            reports at exit, every body it exited 0 on).
+        deliveries: ``(time, body)`` per message handed to a consumer.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.acked: set[bytes] = set()
+        self.deliveries: list[tuple[float, bytes]] = []
+        self._seq = 0
+        self._proc: ClientProcess | None = None
+        self._pulled = 0
+
+    def view(self, name: str) -> Stream:
+        """Another consumer's view of the same bodies (another channel): it
+        shares ``acked``, and has its own deliveries."""
+        other = Stream(name)
+        other.acked = self.acked
+        return other
+
+    def attach(self, proc: ClientProcess) -> Stream:
+        """Take deliveries from ``proc``'s stdout lines (one body per line)."""
+        self._proc = proc
+        return self
+
+    def _pull(self) -> None:
+        if self._proc is not None:
+            lines = self._proc.lines
+            n = len(lines)
+            for t, line in lines[self._pulled:n]:
+                self.deliveries.append((t, self.key(line)))
+            self._pulled = n
+
+    def next_body(self, pad: int = 0) -> bytes:
+        """A new body: ``name:seq`` and, with ``pad``, a space and ``pad`` x's."""
+        self._seq += 1
+        body = f"{self.name}:{self._seq}".encode()
+        return body + b" " + b"x" * pad if pad else body
+
+    @staticmethod
+    def key(body: bytes) -> bytes:
+        """The ``name:seq`` part of a body."""
+        return body.split(b" ", 1)[0]
+
+    def ack(self, body: bytes) -> None:
+        self.acked.add(self.key(body))
+
+    def got(self, body: bytes, t: float | None = None) -> None:
+        self.deliveries.append((time.monotonic() if t is None else t, self.key(body)))
+
+    def delivered(self) -> set[bytes]:
+        self._pull()
+        return {b for _, b in self.deliveries}
+
+    def lost(self) -> set[bytes]:
+        return self.acked - self.delivered()
+
+    def duplicates(self) -> int:
+        unique = self.delivered()
+        return len(self.deliveries) - len(unique)
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest time in [start, end] without a delivery (s)."""
+        self._pull()
+        times = sorted(t for t, _ in self.deliveries if start <= t <= end)
+        points = [start, *times, end]
+        return max(b - a for a, b in zip(points, points[1:]))
+
+    async def wait_delivered(self, timeout: float) -> bool:
+        """Poll until every acknowledged body was delivered; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while self.lost():
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.2)
+        return True
+
+    def row(self, scenario: str, gap: float | None, recover: float | None, note: str = "") -> Row:
+        return Row(scenario, self.name, len(self.acked), len(self.delivered()), len(self.lost()),
+                   self.duplicates(), gap, recover, note)
+
+
+#: errors after which a publish may go to another nsqd: the connection is
+#: gone or never came (the message may or may not have been written)
+def _retryable() -> tuple[type[BaseException], ...]:
+    from nsq.client.errors import ConnectionClosedError
+
+    return (ConnectionClosedError, OSError, asyncio.TimeoutError)
+
+
+RETRYABLE = _retryable()
+
+
+class FailoverPublisher:
+    """:class:`~nsq.client.Producer` s, one per nsqd, behind a round robin:
+    a publish that fails on a lost connection goes to the next nsqd, and the
+    failed one is skipped for ``down_for`` seconds.
+
+    Publishes run as tasks (up to ``window`` at once), so one nsqd that
+    stops answering holds only its own share until the client gives up on
+    its connection.
+    """
+
+    def __init__(self, addresses: list[str], identify: dict[str, Any] | None = None, down_for: float = 1.0,
+                 window: int = 1000) -> None:
+        from nsq.client import Producer
+
+        self.producers = [Producer(a, identify, connect_timeout=2.0) for a in addresses]
+        self.down_until = [0.0] * len(addresses)
+        self.down_for = down_for
+        self.failures = 0
+        #: the errors of publishes that gave up (never acknowledged)
+        self.errors: list[str] = []
+        self._next = 0
+        self._tasks: set[asyncio.Task] = set()
+        self._window = asyncio.Semaphore(window)
+        self.acked_by: dict[str, int] = {a: 0 for a in addresses}
+
+    def _pick(self) -> int:
+        n = len(self.producers)
+        now = time.monotonic()
+        for _ in range(n):
+            i = self._next % n
+            self._next += 1
+            if self.down_until[i] <= now:
+                return i
+        i = self._next % n  # every one is down: try the next anyway
+        self._next += 1
+        return i
+
+    async def publish(self, topic: str, body: bytes, attempts: int = 12) -> None:
+        """Publish ``body``, moving on after failures; raises the last error
+        after ``attempts`` tries."""
+        last: BaseException | None = None
+        for _ in range(attempts):
+            i = self._pick()
+            producer = self.producers[i]
+            try:
+                await producer.publish(topic, body)
+                self.acked_by[producer.address] += 1
+                return
+            except RETRYABLE as exc:
+                last = exc
+                self.failures += 1
+                self.down_until[i] = time.monotonic() + self.down_for
+                await asyncio.sleep(0.05)
+        assert last is not None
+        raise last
+
+    async def run(self, topic: str, stream: Stream, rate: float, until: asyncio.Event, pad: int = 0) -> None:
+        """Publish new bodies of ``stream`` at ``rate`` per second until
+        ``until`` is set; each body acknowledged goes to ``stream.acked``."""
+        start = time.monotonic()
+        sent = 0
+        while not until.is_set():
+            delay = start + sent / rate - time.monotonic()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(until.wait(), delay)
+                    break
+                except asyncio.TimeoutError:
+                    pass
+            await self._window.acquire()
+            body = stream.next_body(pad)
+            task = asyncio.ensure_future(self._one(topic, body, stream))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            sent += 1
+
+    async def _one(self, topic: str, body: bytes, stream: Stream) -> None:
+        try:
+            await self.publish(topic, body)
+            stream.ack(body)
+        except Exception as exc:  # never acknowledged: not counted
+            self.errors.append(repr(exc))
+        finally:
+            self._window.release()
+
+    async def drain(self, timeout: float = 30) -> None:
+        """Wait for the publishes still running."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)
+
+    async def close(self) -> None:
+        await self.drain(5)
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*(p.close(timeout=1) for p in self.producers), return_exceptions=True)
+
+
+class Cluster:
+    """``nsqds`` nsqds (hosts n0, n1, ...) registered with ``lookupds``
+    lookupds (hosts l0, l1, ...), a ``tester`` host the test process enters
+    (:meth:`Host.enter`), and ``clients`` extra hosts for client processes.
+
+    Args:
+        net: the :class:`~tests.faults.netns.Net` to build on.
+        workdir: data paths and logs go under it.
+        nsqd_flags, lookupd_flags: extra daemon flags.
+    """
+
+    def __init__(self, net: Any, workdir: Path, nsqds: int = 3, lookupds: int = 2, clients: Iterable[str] = (),
+                 nsqd_flags: Iterable[str] = (), lookupd_flags: Iterable[str] = ()) -> None:
+        self.net = net
+        self.workdir = workdir
+        self.tester = net.add("tester")
+        self.clients = {name: net.add(name) for name in clients}
+        self.lookupds = [LookupdNode(net.add(f"l{i}"), self.tester, workdir, *lookupd_flags) for i in range(lookupds)]
+        lookupd_tcp = [lk.tcp for lk in self.lookupds]
+        self.nsqds = [NSQDNode(net.add(f"n{i}"), self.tester, workdir, lookupd_tcp, *nsqd_flags)
+                      for i in range(nsqds)]
+        self.processes: list[ClientProcess] = []
+        self._entered = False
+
+    def start(self) -> None:
+        """Start every daemon (at once) and wait until each answers /ping."""
+        self.tester.enter()
+        self._entered = True
+        for node in [*self.lookupds, *self.nsqds]:
+            node.start()
+        for node in [*self.lookupds, *self.nsqds]:
+            node.wait_ready()
+
+    @property
+    def nsqd_tcp(self) -> list[str]:
+        return [n.tcp for n in self.nsqds]
+
+    @property
+    def lookupd_http(self) -> list[str]:
+        return [lk.http for lk in self.lookupds]
+
+    def run(self, host: Host, name: str, *argv: str, stdin: bytes | None = None) -> ClientProcess:
+        """A client process in ``host`` (stopped at teardown)."""
+        proc = ClientProcess(host, list(argv), self.workdir, name, stdin=stdin)
+        self.processes.append(proc)
+        return proc
+
+    def nsq(self, host: Host, name: str, *args: str, stdin: bytes | None = None) -> ClientProcess:
+        """``python -m nsq ARGS`` in ``host``."""
+        return self.run(host, name, PYTHON, "-m", "nsq", *args, stdin=stdin)
+
+    def wait_registered(self, topic: str, timeout: float = 30) -> None:
+        """Wait until every lookupd lists every nsqd as a producer of ``topic``."""
+        want = {n.host.ip for n in self.nsqds}
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = [lk.lookup(topic) for lk in self.lookupds]
+            if all(s >= want for s in seen):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"lookupds list {seen} for {topic}, want {want}")
+            time.sleep(0.1)
+
+    def diagnostics(self) -> str:
+        """The last log lines of every daemon and client (for a failure)."""
+        parts = []
+        for node in [*self.lookupds, *self.nsqds]:
+            parts.append(f"--- {node.command} {node.host} ---\n{node.log_tail(25)}")
+        for proc in self.processes:
+            parts.append(f"--- {proc.name} stderr ---\n{proc.stderr(25)}")
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        """Stop clients and daemons, leave the tester host, delete the namespaces."""
+        try:
+            for proc in self.processes:
+                try:
+                    proc.stop()
+                except Exception:
+                    pass
+            for node in [*self.nsqds, *self.lookupds]:
+                try:
+                    node.stop(timeout=5)
+                except Exception:
+                    pass
+        finally:
+            if self._entered:
+                self._entered = False
+                self.tester.leave()
+            self.net.close()
