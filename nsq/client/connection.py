@@ -4,6 +4,12 @@ Handles the magic, IDENTIFY, heartbeats (answered with NOP), and pairs
 responses with the commands that expect one (IDENTIFY, SUB, PUB, MPUB, DPUB,
 CLS) in order. Message frames go to a callback. Non-fatal error frames for
 FIN/REQ/TOUCH (``E_FIN_FAILED`` ...) are logged and never answer a command.
+
+A connection that reads nothing for two heartbeat intervals is taken as
+dead and aborted: nsqd's own rule for its clients (Go nsqd/protocol_v2.go
+sets the read deadline to twice the heartbeat interval). A peer cut off by
+the network sends neither data nor FIN nor RST; without a deadline the
+connection would wait forever.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from nsq.protocol.frames import (
 )
 from nsq.protocol.message import decode_message, DecodedMessage
 
-__all__ = ["Connection", "parse_address", "DEFAULT_USER_AGENT"]
+__all__ = ["Connection", "parse_address", "read_timeout_for", "DEFAULT_USER_AGENT"]
 
 log = logging.getLogger("nsq.client")
 
@@ -42,6 +48,19 @@ DEFAULT_USER_AGENT = f"nsq-python/{__version__}"
 #: (bytes); bounds what a compressed stream from nsqd costs at once
 _DECODE_STEP = 1 << 20
 _HEARTBEAT_NOP = commands.nop()
+#: nsqd's default heartbeat interval (s): half its default --client-timeout
+#: (60 s), used when IDENTIFY does not ask for one
+_NSQD_HEARTBEAT = 30.0
+
+
+def read_timeout_for(identify: dict[str, Any]) -> float:
+    """Seconds without a byte from nsqd after which a connection is dead:
+    two heartbeat intervals (IDENTIFY ``heartbeat_interval``, ms; nsqd's
+    default 30 s when absent), 0 (never) when heartbeats are off (-1)."""
+    hb = identify.get("heartbeat_interval")
+    if isinstance(hb, (int, float)) and not isinstance(hb, bool) and hb != 0:
+        return 0.0 if hb < 0 else 2 * hb / 1000.0
+    return 2 * _NSQD_HEARTBEAT
 
 
 def parse_address(address: str, default_port: int = 4150) -> tuple[str, int]:
@@ -79,6 +98,9 @@ class Connection:
         on_message: called with each :class:`DecodedMessage` received.
         on_close: called once when the connection closes.
         connect_timeout: seconds.
+        read_timeout: seconds without reading anything after which the
+            connection is aborted (``close_error`` a TimeoutError); None:
+            :func:`read_timeout_for` the IDENTIFY fields; 0: never.
 
     Attributes:
         features: nsqd's IDENTIFY answer (feature negotiation JSON).
@@ -94,6 +116,7 @@ class Connection:
         connect_timeout: float = 5.0,
         tls_context: Any = None,
         auth_secret: str | None = None,
+        read_timeout: float | None = None,
     ) -> None:
         self.address = address
         self.host, self.port = parse_address(address)
@@ -108,6 +131,10 @@ class Connection:
         self.on_message = on_message
         self.on_close = on_close
         self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout_for(self.identify_data) if read_timeout is None else read_timeout
+        self._last_read = 0.0
+        self._read_timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.features: dict[str, Any] = {}
         self.closed = False
         self.close_error: Exception | None = None
@@ -147,10 +174,13 @@ class Connection:
             ClientConfigError: nsqd requires AUTH and no ``auth_secret`` was
                 given.
         """
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         await asyncio.wait_for(
             loop.create_connection(self._make_protocol, self.host, self.port), self.connect_timeout
         )
+        self._last_read = loop.time()
+        if self.read_timeout > 0:
+            self._read_timer = loop.call_at(self._last_read + self.read_timeout, self._check_read)
         try:
             await asyncio.wait_for(self._handshake(), self.connect_timeout)
         except BaseException:
@@ -300,10 +330,27 @@ class Connection:
 
     # -- receiving ---------------------------------------------------------------
 
+    def _check_read(self) -> None:
+        """The read deadline: abort when nothing came for ``read_timeout``
+        (abort, not close: a close would wait for buffered writes that a
+        dead peer never takes)."""
+        self._read_timer = None
+        if self.closed or self._transport is None or self._loop is None:
+            return
+        idle = self._loop.time() - self._last_read
+        if idle < self.read_timeout:
+            self._read_timer = self._loop.call_at(self._last_read + self.read_timeout, self._check_read)
+            return
+        log.error("[%s] nothing read in %.1fs (missed heartbeats), closing", self.address, idle)
+        self.close_error = TimeoutError(f"nothing read from {self.address} in {idle:.1f}s")
+        self._transport.abort()
+
     def _data_received(self, data: bytes) -> None:
         """Bytes from the socket: decompress them (at most ``_DECODE_STEP``
         stream bytes at a time, parsing frames between steps) and handle
         every complete frame."""
+        if self._loop is not None:
+            self._last_read = self._loop.time()
         while True:
             codec = self._codec
             if codec is not None:
@@ -375,6 +422,9 @@ class Connection:
 
     def _connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
         if exc is not None and self.close_error is None:
             self.close_error = exc
         while self._pending:
