@@ -47,7 +47,9 @@ def error_words(exc: BaseException) -> str:
     ``connection refused``, ``temporary failure in name resolution``."""
     if isinstance(exc, AddressError):
         return exc.reason
-    if isinstance(exc, socket.gaierror) and exc.strerror:
+    if type(exc).__module__ == "ssl":  # its errno is OpenSSL's code, not errno
+        text = getattr(exc, "reason", None) or str(exc)
+    elif isinstance(exc, socket.gaierror) and exc.strerror:
         text = exc.strerror  # getaddrinfo's own text (its errno is an EAI_* code)
     elif isinstance(exc, OSError) and exc.errno and exc.errno > 0:
         text = os.strerror(exc.errno)  # asyncio wraps strerror in a longer text

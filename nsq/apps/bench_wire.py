@@ -41,7 +41,10 @@ def _dial(address: str) -> socket.socket:
     try:
         sock = socket.create_connection((host, port), timeout=1.0)  # Go: net.DialTimeout(.., time.Second)
     except OSError as exc:
-        raise BenchError(f"dial tcp {address}: {exc.strerror or exc}") from None
+        from nsq._internal.addresses import fmt_addr
+        from nsq._internal.neterrors import error_words
+
+        raise BenchError(f"cannot connect to {fmt_addr(host, port)}: {error_words(exc)}") from None
     sock.settimeout(None)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # Go's default
     return sock

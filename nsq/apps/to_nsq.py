@@ -350,7 +350,9 @@ class NSQForwarder:
                 await self.producers[address].publish(dest_topic, body)
                 ok = True
             except Exception as exc:
-                log.error("publish to %s (%s) failed: %s", address, dest_topic, str(exc) or type(exc).__name__)
+                # a ConnectError's reason: its text would name the address twice
+                log.error("publish to %s (%s) failed: %s", address, dest_topic,
+                          getattr(exc, "reason", None) or str(exc) or type(exc).__name__)
                 ok = False
             elapsed = time.monotonic() - start
             self.chooser.mark(address, ok, elapsed)

@@ -23,9 +23,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from nsq._internal.addresses import split_host_port
+from nsq._internal.addresses import fmt_addr, split_host_port
+from nsq._internal.neterrors import error_words
 from nsq import __version__
-from nsq.client.errors import ConnectionClosedError, ErrorResponse
+from nsq.client.errors import ConnectError, ConnectionClosedError, ConnectTimeoutError, ErrorResponse
 from nsq.protocol import commands
 from nsq.protocol.compression import Codec, CompressionError, DeflateCodec, SnappyCodec
 from nsq.protocol.errors import NON_FATAL_CODES, ProtocolError
@@ -168,21 +169,33 @@ class Connection:
             nsqd's IDENTIFY answer (``{}`` for a plain ``OK``).
 
         Raises:
-            OSError: cannot connect (``ssl.SSLError``: the TLS handshake failed).
-            asyncio.TimeoutError: no answer in time.
+            ConnectError: (an OSError) cannot connect: ``cannot connect to
+                127.0.0.1:4150: connection refused``.
+            ConnectTimeoutError: (a ConnectError and an asyncio.TimeoutError)
+                no connection or no IDENTIFY answer within ``connect_timeout``.
+            ssl.SSLError: the TLS handshake failed.
             ErrorResponse: IDENTIFY or AUTH refused.
             ClientConfigError: nsqd requires AUTH and no ``auth_secret`` was
                 given.
         """
         loop = self._loop = asyncio.get_running_loop()
-        await asyncio.wait_for(
-            loop.create_connection(self._make_protocol, self.host, self.port), self.connect_timeout
-        )
+        where = fmt_addr(self.host, self.port)
+        try:
+            await asyncio.wait_for(
+                loop.create_connection(self._make_protocol, self.host, self.port), self.connect_timeout
+            )
+        except TimeoutError:
+            raise ConnectTimeoutError(where, f"no connection within {self.connect_timeout:g}s") from None
+        except OSError as exc:
+            raise ConnectError(where, error_words(exc)) from exc
         self._last_read = loop.time()
         if self.read_timeout > 0:
             self._read_timer = loop.call_at(self._last_read + self.read_timeout, self._check_read)
         try:
             await asyncio.wait_for(self._handshake(), self.connect_timeout)
+        except TimeoutError:
+            self.close()
+            raise ConnectTimeoutError(where, f"no answer to IDENTIFY within {self.connect_timeout:g}s") from None
         except BaseException:
             self.close()
             raise

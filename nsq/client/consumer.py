@@ -197,7 +197,8 @@ class Consumer:
         errors = [r for r in results if isinstance(r, BaseException)]
         for address, result in zip(self.addresses, results):
             if isinstance(result, BaseException):
-                log.warning("[%s] connect failed: %s", address, result)
+                # a ConnectError's text names the address again: its reason is enough here
+                log.warning("[%s] connect failed: %s", address, getattr(result, "reason", None) or result)
                 self._schedule_reconnect(address)
         if errors and len(errors) == len(results) and not self.lookupd_http_addresses:
             raise errors[0]
@@ -496,7 +497,8 @@ class Consumer:
                     await self._connect(address)
                     return
                 except Exception as exc:
-                    log.warning("[%s] reconnect failed: %s (retry in %.0fs)", address, exc, delay)
+                    log.warning("[%s] reconnect failed: %s (retry in %.0fs)", address,
+                                getattr(exc, "reason", None) or exc, delay)
                     delay = min(delay * 2, self.reconnect_max_delay)
         finally:
             self._reconnect_tasks.pop(address, None)

@@ -82,6 +82,20 @@ class LookupdQueryError(LookupdError):
         self.errors = list(errors)
 
 
+def _words(exc: BaseException) -> str:
+    """What went wrong with a request, in words, without the address (the
+    error names it): ``connection refused``, ``name or service not known``,
+    ``timed out`` (aiohttp's own texts repeat the host and Python's tuple)."""
+    from nsq._internal.neterrors import error_words
+
+    cause = getattr(exc, "os_error", None)  # aiohttp.ClientConnectorError: the socket's error
+    if isinstance(cause, OSError):
+        return error_words(cause)
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
+
+
 def _base_url(address: str) -> str:
     address = address.strip().rstrip("/")
     if "://" not in address:
@@ -144,7 +158,7 @@ class HTTPAPIClient:
                 status = resp.status
                 versioned = resp.headers.get("X-NSQ-Content-Type") == "nsq; version=1.0"
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
-            raise error(address, str(exc) or type(exc).__name__) from None
+            raise error(address, _words(exc)) from None
         if status == 404 and ok_404:
             return None
         if status != 200:

@@ -143,8 +143,12 @@ def run_forwarder(forwarder: Any) -> None:
             await forwarder.stop()
         return 0
 
+    from nsq.client.errors import ConnectError
+
     try:
         code = run_async(run())
+    except ConnectError as exc:  # names the address: cannot connect to 127.0.0.1:4150: connection refused
+        fail(str(exc))
     except (OSError, asyncio.TimeoutError) as exc:
         fail(f"cannot connect to nsqd: {exc}")
     except Exception as exc:

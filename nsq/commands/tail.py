@@ -42,8 +42,12 @@ def tail(topics: tuple[str, ...], channel: str | None, addresses: tuple[str, ...
                               total=total, print_topic=print_topic, identify=identify, consumer_kwargs=kwargs,
                               stop=stop_event())
 
+    from nsq.client.errors import ConnectError
+
     try:
         code = run_async(main())
+    except ConnectError as exc:  # names the address: cannot connect to 127.0.0.1:4150: connection refused
+        fail(str(exc))
     except (OSError, asyncio.TimeoutError) as exc:
         fail(f"cannot connect to nsqd: {exc}")
     except Exception as exc:
