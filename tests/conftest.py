@@ -1,15 +1,24 @@
-"""Fixtures shared by every test package: an in-process nsqd on loopback ports."""
+"""Fixtures shared by every test package.
+
+The daemons come from the package's own pytest plugin (nsq/pytest_plugin.py:
+``make_nsqd``, ``make_lookupd``, ``make_nsq_cluster``, ``nsqd``, ``lookupd``,
+``nsq_cluster`` and the threaded variants), registered by its ``pytest11``
+entry point when the package is installed (``pip install -e .``); a checkout
+that is only on ``sys.path`` gets it from :func:`pytest_configure` below.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
 import logging
-from typing import Any
 
 import pytest
 
-from nsq.server.nsqd.nsqd import NSQD
-from nsq.server.nsqd.options import NSQDOptions
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin("nsq") and not config.pluginmanager.is_blocked("nsq"):
+        from nsq import pytest_plugin
+
+        config.pluginmanager.register(pytest_plugin, "nsq")
 
 
 @pytest.fixture(autouse=True)
@@ -21,23 +30,3 @@ def _restore_nsq_logger():
     saved = (logger.handlers[:], logger.propagate, logger.level)
     yield
     logger.handlers[:], logger.propagate, logger.level = saved
-
-
-@pytest.fixture
-async def make_nsqd() -> AsyncIterator[Callable[..., Awaitable[NSQD]]]:
-    """Factory: ``await make_nsqd(mem_queue_size=5)`` starts an nsqd."""
-    started: list[NSQD] = []
-
-    async def factory(**options: Any) -> NSQD:
-        options.setdefault("tcp_address", "127.0.0.1:0")
-        options.setdefault("http_address", "127.0.0.1:0")
-        options.setdefault("https_address", "127.0.0.1:0")  # used only with a TLS cert
-        opts = NSQDOptions(**options)
-        d = NSQD(opts)
-        await d.start()
-        started.append(d)
-        return d
-
-    yield factory
-    for d in started:
-        await d.stop()

@@ -243,9 +243,6 @@ async def test_round_robin_spreads_over_two_destinations(make_nsqd, to_nsq, http
 
 @pytest.mark.timeout(60)
 async def test_destination_down_at_first_loses_nothing(make_nsqd, to_nsq, http):
-    from nsq.server.nsqd.nsqd import NSQD
-    from nsq.server.nsqd.options import NSQDOptions
-
     src = await make_nsqd()
     port = free_port()
     proc = await to_nsq("--topic=t", f"--nsqd-tcp-address={src.tcp_address}",
@@ -261,16 +258,12 @@ async def test_destination_down_at_first_loses_nothing(make_nsqd, to_nsq, http):
         return c and c["requeue_count"] >= 1
 
     await wait_for(requeued, "a failed publish to requeue", proc)
-    dst = NSQD(NSQDOptions(tcp_address=f"127.0.0.1:{port}", http_address="127.0.0.1:0"))
-    await dst.start()
-    try:
-        c = await wait_drained(http, src, "t", 5, proc)
-        assert c["requeue_count"] >= 1
-        assert await dest_count(http, dst, "t") == 5
-        assert sorted(await read_bodies(dst, "t", 5)) == sorted(bodies)
-        assert await proc.stop() == 0
-    finally:
-        await dst.stop()
+    dst = await make_nsqd(tcp_address=f"127.0.0.1:{port}")
+    c = await wait_drained(http, src, "t", 5, proc)
+    assert c["requeue_count"] >= 1
+    assert await dest_count(http, dst, "t") == 5
+    assert sorted(await read_bodies(dst, "t", 5)) == sorted(bodies)
+    assert await proc.stop() == 0
     assert "publish to 127.0.0.1:" in proc.log()
 
 

@@ -7,15 +7,11 @@ import asyncio
 import pytest
 
 from nsq.client import Consumer, ErrorResponse, Producer
-from nsq.server.nsqd import NSQD, NSQDOptions
 
 
 @pytest.fixture
-async def nsqd():
-    d = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", msg_timeout=2.0))
-    await d.start()
-    yield d
-    await d.stop()
+async def nsqd(make_nsqd):
+    return await make_nsqd(msg_timeout=2.0)
 
 
 async def wait_for(pred, timeout=5.0):
@@ -83,7 +79,7 @@ async def test_async_handler_and_max_attempts(nsqd):
     await c.close()
 
 
-async def test_consumer_reconnects_after_nsqd_restart(nsqd):
+async def test_consumer_reconnects_after_nsqd_restart(nsqd, make_nsqd):
     got = []
     c = Consumer("t", "c", lambda m: got.append(m.body), [nsqd.tcp_address], max_in_flight=5)
     c.reconnect_max_delay = 1.0
@@ -91,8 +87,7 @@ async def test_consumer_reconnects_after_nsqd_restart(nsqd):
     port = nsqd.tcp_port
     await nsqd.stop()
     await wait_for(lambda: not c.connections)
-    d2 = NSQD(NSQDOptions(tcp_address=f"127.0.0.1:{port}", http_address="127.0.0.1:0"))
-    await d2.start()
+    d2 = await make_nsqd(tcp_address=f"127.0.0.1:{port}")
     try:
         await wait_for(lambda: c.connections, timeout=8)
         async with Producer(d2.tcp_address) as p:
@@ -100,7 +95,6 @@ async def test_consumer_reconnects_after_nsqd_restart(nsqd):
         await wait_for(lambda: got == [b"back"])
     finally:
         await c.close()
-        await d2.stop()
 
 
 async def test_consumer_start_fails_cleanly_without_nsqd():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -27,9 +27,8 @@ from nsq.cluster import (
     topic_nsqds,
     topic_producers,
 )
-from nsq.server.lookupd import LookupdOptions, NSQLookupd
+from nsq.server.lookupd import NSQLookupd
 from nsq.server.nsqd.nsqd import NSQD
-from nsq.server.nsqd.options import NSQDOptions
 
 #: a port nothing listens on (connections are refused at once)
 DEAD = "127.0.0.1:1"
@@ -72,33 +71,21 @@ async def listed(lookupd: NSQLookupd, topic: str, nsqds: list[NSQD]) -> None:
 
 
 @pytest.fixture
-async def topology() -> AsyncIterator[Callable[..., Awaitable[Topology]]]:
+def topology(make_lookupd, make_nsqd) -> Callable[..., Awaitable[Topology]]:
     """``await topology(lookupds=2, nsqds=[[0, 1], [1]])``: two lookupds,
-    the first nsqd registered with both, the second with lookupd 1 only."""
-    made: list[Topology] = []
+    the first nsqd registered with both, the second with lookupd 1 only
+    (the package's ``make_lookupd`` and ``make_nsqd``: they stop them)."""
 
     async def build(lookupds: int = 1, nsqds: list[list[int]] = ()) -> Topology:
         t = Topology()
-        made.append(t)
         for _ in range(lookupds):
-            lk = NSQLookupd(LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                                           broadcast_address="127.0.0.1"))
-            await lk.start()
-            t.lookupds.append(lk)
+            t.lookupds.append(await make_lookupd())
         for registered in nsqds:
-            d = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                                 broadcast_address="127.0.0.1",
-                                 nsqlookupd_tcp_addresses=[t.lookupds[i].tcp_address for i in registered]))
-            await d.start()
-            t.nsqds.append(d)
+            t.nsqds.append(await make_nsqd(nsqlookupd_tcp_addresses=[t.lookupds[i].tcp_address
+                                                                     for i in registered]))
         return t
 
-    yield build
-    for t in made:
-        for d in t.nsqds:
-            await d.stop()
-        for lk in t.lookupds:
-            await lk.stop()
+    return build
 
 
 # -- topic_producers (/lookup) --------------------------------------------------------

@@ -229,30 +229,16 @@ def http_post(request, http, nsqd) -> Callable:
 
 
 @pytest.fixture
-async def cluster():
-    """An nsqlookupd and two nsqds registered with it (in-process, loopback).
+async def cluster(make_nsq_cluster):
+    """An nsqlookupd and two nsqds registered with it (in-process, loopback;
+    the package's ``make_nsq_cluster``).
 
-    Yields ``(lookupd, [nsqd, nsqd])``; the nsqds broadcast ``127.0.0.1`` so
-    clients that discover them through ``/lookup`` can connect.
+    Its value is ``(lookupd, [nsqd, nsqd])``; the nsqds broadcast
+    ``127.0.0.1`` so clients that discover them through ``/lookup`` can
+    connect.
     """
-    from nsq.server.lookupd import LookupdOptions, NSQLookupd
-
-    lookupd = NSQLookupd(LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                                        broadcast_address="127.0.0.1"))
-    await lookupd.start()
-    nsqds = []
-    try:
-        for _ in range(2):
-            d = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                                 broadcast_address="127.0.0.1",
-                                 nsqlookupd_tcp_addresses=[lookupd.tcp_address]))
-            await d.start()
-            nsqds.append(d)
-        yield lookupd, nsqds
-    finally:
-        for d in nsqds:
-            await d.stop()
-        await lookupd.stop()
+    local = await make_nsq_cluster(2)
+    return local.lookupd, local.nsqds
 
 
 async def wait_lookup(session: aiohttp.ClientSession, lookupd, topic: str, producers: int,

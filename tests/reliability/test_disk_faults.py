@@ -396,12 +396,7 @@ def test_deferred_log_torn_append_is_cut_back(tmp_path, monkeypatch):
 
 
 async def test_queue_missing_from_nsqd_dat_is_restored(make_nsqd, tmp_path):
-    from nsq.server.nsqd.nsqd import NSQD
-    from nsq.server.nsqd.options import NSQDOptions
-
-    d = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", data_path=str(tmp_path),
-                         mem_queue_size=0))
-    await d.start()
+    d = await make_nsqd(data_path=str(tmp_path), mem_queue_size=0)
     d.get_topic("t").get_channel("c")
     d.get_topic("t").publish([b"kept"])
     await d.stop()

@@ -15,13 +15,12 @@ import gc
 import json
 import struct
 import weakref
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from nsq.protocol.lookupd import MAGIC_V1, MAX_LINE, V1ClientParser, encode_identify, encode_ping, encode_register
-from nsq.server.lookupd import LookupdOptions, NSQLookupd
+from nsq.server.lookupd import NSQLookupd
 
 from ..server.helpers import RawConn, wait_for
 
@@ -44,13 +43,8 @@ class V1Conn(RawConn):
 
 
 
-@pytest.fixture
-async def lookupd() -> AsyncIterator[NSQLookupd]:
-    lk = NSQLookupd(LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                                   broadcast_address="127.0.0.1"))
-    await lk.start()
-    yield lk
-    await lk.stop()
+# ``lookupd``: the package's pytest fixture (nsq/pytest_plugin.py), an
+# in-process nsqlookupd on 127.0.0.1 port 0
 
 
 async def registered(lookupd: NSQLookupd) -> V1Conn:

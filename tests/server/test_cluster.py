@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,17 +13,11 @@ import aiohttp
 import pytest
 
 from nsq.client.consumer import Consumer
-from nsq.server.lookupd import LookupdOptions, NSQLookupd
+from nsq.server.lookupd import NSQLookupd
 from nsq.server.nsqd.nsqd import NSQD
-from nsq.server.nsqd.options import NSQDOptions
 from .helpers import HTTP, Conn, wait_for
 
 TOMBSTONE_LIFETIME = 0.5
-
-
-def lookupd_options(tcp: str = "127.0.0.1:0", http: str = "127.0.0.1:0") -> LookupdOptions:
-    return LookupdOptions(tcp_address=tcp, http_address=http, broadcast_address="127.0.0.1",
-                          tombstone_lifetime=TOMBSTONE_LIFETIME)
 
 
 @dataclass
@@ -31,7 +25,8 @@ class Cluster:
     session: aiohttp.ClientSession
     lookupd: NSQLookupd
     nsqds: list[NSQD]
-    lookupds: list[NSQLookupd] = field(default_factory=list)  # every lookupd to stop at teardown
+    #: the ``make_lookupd`` fixture: lookupds it starts are stopped at teardown
+    make_lookupd: Callable[..., Awaitable[NSQLookupd]]
     consumers: list[Consumer] = field(default_factory=list)
     conns: list[Conn] = field(default_factory=list)
 
@@ -46,10 +41,7 @@ class Cluster:
         return HTTP(self.session, d.http_port)
 
     async def start_lookupd(self, tcp: str = "127.0.0.1:0", http: str = "127.0.0.1:0") -> NSQLookupd:
-        lk = NSQLookupd(lookupd_options(tcp, http))
-        await lk.start()
-        self.lookupds.append(lk)
-        return lk
+        return await self.make_lookupd(tcp_address=tcp, http_address=http, tombstone_lifetime=TOMBSTONE_LIFETIME)
 
     def consumer(self, topic: str, channel: str, handler=None, **kw: Any) -> Consumer:
         kw.setdefault("lookupd_http_addresses", [self.lookupd.http_address])
@@ -96,30 +88,19 @@ async def topics(h: HTTP) -> set[str]:
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[Cluster]:
+async def cluster(make_lookupd, make_nsq_cluster) -> AsyncIterator[Cluster]:
+    """A lookupd (tombstones last TOMBSTONE_LIFETIME s) and two nsqds, both
+    identified before the test starts (the package's ``make_nsq_cluster``)."""
+    local = await make_nsq_cluster(2, lookupd_options={"tombstone_lifetime": TOMBSTONE_LIFETIME})
     async with aiohttp.ClientSession() as session:
-        lookupd = NSQLookupd(lookupd_options())
-        await lookupd.start()
-        cl = Cluster(session, lookupd, [], [lookupd])
+        cl = Cluster(session, local.lookupd, local.nsqds, make_lookupd)
         try:
-            for _ in range(2):
-                d = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                                     broadcast_address="127.0.0.1",
-                                     nsqlookupd_tcp_addresses=[lookupd.tcp_address]))
-                await d.start()
-                cl.nsqds.append(d)
-            # both identified before any test starts
-            await wait_for(lambda: _nodes_are(cl.lk, {d.tcp_port for d in cl.nsqds}), timeout=3)
             yield cl
         finally:
             for c in cl.consumers:
                 await c.close(timeout=1)
             for conn in cl.conns:
                 await conn.aclose()
-            for d in cl.nsqds:
-                await d.stop()
-            for lk in cl.lookupds:
-                await lk.stop()
 
 
 async def _nodes_are(h: HTTP, ports: set[int]) -> bool:

@@ -10,8 +10,6 @@ import time
 
 from nsq.client import Consumer, Producer
 from nsq.server.nsqd.deadletter import dead_letter_topic
-from nsq.server.nsqd.nsqd import NSQD
-from nsq.server.nsqd.options import NSQDOptions
 
 from .helpers import HTTP, Conn, wait_for
 
@@ -111,10 +109,8 @@ async def test_invalid_dead_letter_name_requeues_and_drops_nothing(make_nsqd):
     assert d.get_topic("t").channels["c"].dead_letter_count == 0
 
 
-async def test_setting_and_dead_letters_survive_a_restart(tmp_path):
-    opts = NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", data_path=str(tmp_path))
-    d = NSQD(opts)
-    await d.start()
+async def test_setting_and_dead_letters_survive_a_restart(make_nsqd, tmp_path):
+    d = await make_nsqd(data_path=str(tmp_path))
     channel = d.get_topic("t").get_channel("c")
     d.settings.set("t", "c", max_attempts=5)
     channel.max_attempts = 5
@@ -122,15 +118,11 @@ async def test_setting_and_dead_letters_survive_a_restart(tmp_path):
     await d.stop()
     with open(tmp_path / "nsqd.dat") as f:  # still Go's format: no extra keys
         assert set(json.load(f)) == {"topics", "version"}
-    d = NSQD(opts.copy())
-    await d.start()
-    try:
-        assert d.get_topic("t").channels["c"].max_attempts == 5
-        assert d.get_topic("t.c.dead").depth == 1
-        d.get_topic("t").delete_channel("c")
-        assert d.settings.get("t", "c") == {}  # a new channel of that name starts with the default
-    finally:
-        await d.stop()
+    d = await make_nsqd(data_path=str(tmp_path))
+    assert d.get_topic("t").channels["c"].max_attempts == 5
+    assert d.get_topic("t.c.dead").depth == 1
+    d.get_topic("t").delete_channel("c")
+    assert d.settings.get("t", "c") == {}  # a new channel of that name starts with the default
 
 
 def test_kill9_leaves_each_message_on_its_channel_or_on_the_dead_letter_topic(tmp_path):

@@ -12,9 +12,6 @@ import urllib.request
 
 import pytest
 
-from nsq.server.nsqd.nsqd import NSQD
-from nsq.server.nsqd.options import NSQDOptions
-
 from .helpers import HTTP, Conn
 
 
@@ -44,10 +41,8 @@ async def test_drain_refuses_publishes_stops_delivery_and_waits_for_fin(make_nsq
     assert d.get_topic("t").channels["c"].depth == 2
 
 
-async def test_timeout_bounds_the_wait_and_in_flight_survives_the_restart(tmp_path):
-    opts = NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", data_path=str(tmp_path))
-    d = NSQD(opts)
-    await d.start()
+async def test_timeout_bounds_the_wait_and_in_flight_survives_the_restart(make_nsqd, tmp_path):
+    d = await make_nsqd(data_path=str(tmp_path))
     prod = await Conn.open(d.tcp_port)
     await prod.publish("t", b"slow")
     cons = await Conn.open(d.tcp_port)
@@ -57,42 +52,31 @@ async def test_timeout_bounds_the_wait_and_in_flight_survives_the_restart(tmp_pa
     assert await d.drain(0.5) is False  # never finished
     assert 0.45 < time.monotonic() - started < 2.0
     await d.stop()
-    d = NSQD(opts.copy())
-    await d.start()
-    try:
-        again = await Conn.open(d.tcp_port)
-        await again.subscribe("t", "c", rdy=1)
-        got = await again.read_message()
-        assert got.id == msg.id and got.body == b"slow"
-    finally:
-        await d.stop()
+    d = await make_nsqd(data_path=str(tmp_path))
+    again = await Conn.open(d.tcp_port)
+    await again.subscribe("t", "c", rdy=1)
+    got = await again.read_message()
+    assert got.id == msg.id and got.body == b"slow"
 
 
-async def test_drain_unregisters_from_lookupd(make_nsqd, session):
-    from nsq.server.lookupd import LookupdOptions, NSQLookupd
+async def test_drain_unregisters_from_lookupd(lookupd, make_nsqd, session):
+    d = await make_nsqd(nsqlookupd_tcp_addresses=[lookupd.tcp_address])
+    d.get_topic("t")
+    lookup = HTTP(session, lookupd.http_port)
 
-    lk = NSQLookupd(LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0"))
-    await lk.start()
-    try:
-        d = await make_nsqd(nsqlookupd_tcp_addresses=[f"127.0.0.1:{lk.tcp_port}"], broadcast_address="127.0.0.1")
-        d.get_topic("t")
-        lookup = HTTP(session, lk.http_port)
+    async def producers() -> int:
+        status, body = await lookup.get("/lookup", topic="t")
+        return len(json.loads(body).get("producers") or []) if status == 200 else 0
 
-        async def producers() -> int:
-            status, body = await lookup.get("/lookup", topic="t")
-            return len(json.loads(body).get("producers") or []) if status == 200 else 0
-
-        deadline = time.monotonic() + 5
-        while await producers() == 0:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
-        await d.drain(0.1)
-        deadline = time.monotonic() + 5
-        while await producers():
-            assert time.monotonic() < deadline, "still registered while draining"
-            await asyncio.sleep(0.05)
-    finally:
-        await lk.stop()
+    deadline = time.monotonic() + 5
+    while await producers() == 0:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    await d.drain(0.1)
+    deadline = time.monotonic() + 5
+    while await producers():
+        assert time.monotonic() < deadline, "still registered while draining"
+        await asyncio.sleep(0.05)
 
 
 def _ping(http_port: int) -> tuple[int, bytes]:

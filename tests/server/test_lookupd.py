@@ -30,7 +30,7 @@ from nsq.protocol.lookupd import (
     encode_register,
     encode_unregister,
 )
-from nsq.server.lookupd import LookupdOptions, NSQLookupd
+from nsq.server.lookupd import NSQLookupd
 from .helpers import HTTP, RawConn, error_json, wait_for
 
 
@@ -92,26 +92,8 @@ class LConn(RawConn):
 # -- fixtures --------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def make_lookupd() -> AsyncIterator[Callable[..., Awaitable[NSQLookupd]]]:
-    started: list[NSQLookupd] = []
-
-    async def factory(**options: Any) -> NSQLookupd:
-        opts = LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                              broadcast_address="127.0.0.1", **options)
-        lk = NSQLookupd(opts)
-        await lk.start()
-        started.append(lk)
-        return lk
-
-    yield factory
-    for lk in started:
-        await lk.stop()
-
-
-@pytest.fixture
-async def lookupd(make_lookupd) -> NSQLookupd:
-    return await make_lookupd()
+# ``make_lookupd`` and ``lookupd`` (127.0.0.1 port 0, broadcast 127.0.0.1) are
+# the package's pytest fixtures (nsq/pytest_plugin.py)
 
 
 @pytest.fixture

@@ -22,11 +22,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nsq.protocol import commands as c
-from nsq.server.lookupd import LookupdOptions, NSQLookupd
+from nsq.server.lookupd import NSQLookupd
 from nsq.server.lookupd import metrics as lookupd_metrics
 from nsq.server.nsqd import metrics as nsqd_metrics
 from nsq.server.nsqd.nsqd import NSQD
-from nsq.server.nsqd.options import NSQDOptions
 from nsq.server.nsqd.stats import get_stats
 
 from .helpers import HTTP, Conn, wait_for
@@ -365,24 +364,12 @@ async def lookupd_api(http: HTTP) -> tuple[dict[str, Any], dict[str, Any], dict[
     return nodes, topics, channels
 
 
-async def small_cluster(tmp_path) -> tuple[NSQLookupd, list[NSQD]]:
+async def small_cluster(make_nsq_cluster, tmp_path) -> tuple[NSQLookupd, list[NSQD]]:
     """A lookupd and two nsqds registered with it: nsqd 0 has topics a (channels
     x, y) and b (channel z); nsqd 1 has topic a (channel x) and c (no channel)."""
-    lookupd = NSQLookupd(LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                                        broadcast_address="127.0.0.1"))
-    await lookupd.start()
-    nsqds: list[NSQD] = []
-    for i in range(2):
-        d = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", broadcast_address="127.0.0.1",
-                             data_path=str(tmp_path / f"n{i}"), nsqlookupd_tcp_addresses=[lookupd.tcp_address]))
-        (tmp_path / f"n{i}").mkdir()
-        await d.start()
-        nsqds.append(d)
-
-    async def identified() -> bool:
-        return lookupd_metrics.lookupd_figures(lookupd)["producers"] == 2
-
-    await wait_for(identified, timeout=5)  # connected before the topics ask lookupd for channels
+    # identified before the topics ask lookupd for channels
+    cluster = await make_nsq_cluster(2, data_path=str(tmp_path))
+    lookupd, nsqds = cluster.lookupd, cluster.nsqds
     for topic, channel in (("a", "x"), ("a", "y"), ("b", "z")):
         nsqds[0].get_topic(topic).get_channel(channel)
     nsqds[1].get_topic("a").get_channel("x")
@@ -398,70 +385,58 @@ async def small_cluster(tmp_path) -> tuple[NSQLookupd, list[NSQD]]:
     return lookupd, nsqds
 
 
-async def stop_cluster(lookupd: NSQLookupd, nsqds: list[NSQD]) -> None:
-    for d in nsqds:
-        await d.stop()
-    await lookupd.stop()
+async def test_lookupd_metrics_equal_api(make_nsq_cluster, tmp_path):
+    lookupd, nsqds = await small_cluster(make_nsq_cluster, tmp_path)
+    async with aiohttp.ClientSession() as session:
+        http = HTTP(session, lookupd.http_port)
+        api = await lookupd_api(http)
+        body, content_type = lookupd_metrics.render(lookupd)
+        assert content_type == CONTENT_TYPE_LATEST
+        types, samples = parse(body)
+        assert lookupd_samples(samples) == lookupd_expected(*api)
+        assert lookupd_samples(samples) == {("nsqlookupd_producers", ()): 2, ("nsqlookupd_topics", ()): 3,
+                                            ("nsqlookupd_channels", ()): 3, ("nsqlookupd_tombstones", ()): 0}
+        assert all(types[name] == "gauge" for name in
+                   ("nsqlookupd_producers", "nsqlookupd_topics", "nsqlookupd_channels", "nsqlookupd_tombstones"))
+        assert samples[("process_resident_memory_bytes", ())] > 0
+
+        # a tombstone, then a channel created over lookupd's HTTP API
+        status, _ = await http.post("/topic/tombstone", topic="a", node=f"127.0.0.1:{nsqds[1].http_port}")
+        assert status == 200
+        status, _ = await http.post("/channel/create", topic="d", channel="w")
+        assert status == 200
+        api = await lookupd_api(http)
+        _, samples = parse(lookupd_metrics.render(lookupd)[0])
+        assert lookupd_samples(samples) == lookupd_expected(*api)
+        assert samples[("nsqlookupd_tombstones", ())] == 1
+        assert samples[("nsqlookupd_topics", ())] == 4 and samples[("nsqlookupd_channels", ())] == 4
+
+        # an nsqd going away takes its registrations with it
+        await nsqds.pop().stop()
+
+        async def gone() -> bool:
+            return lookupd_metrics.lookupd_figures(lookupd)["producers"] == 1
+
+        await wait_for(gone, timeout=5)
+        api = await lookupd_api(http)
+        _, samples = parse(lookupd_metrics.render(lookupd)[0])
+        assert lookupd_samples(samples) == lookupd_expected(*api)
+        assert samples[("nsqlookupd_tombstones", ())] == 0
 
 
-async def test_lookupd_metrics_equal_api(tmp_path):
-    lookupd, nsqds = await small_cluster(tmp_path)
-    try:
-        async with aiohttp.ClientSession() as session:
-            http = HTTP(session, lookupd.http_port)
-            api = await lookupd_api(http)
-            body, content_type = lookupd_metrics.render(lookupd)
-            assert content_type == CONTENT_TYPE_LATEST
-            types, samples = parse(body)
-            assert lookupd_samples(samples) == lookupd_expected(*api)
-            assert lookupd_samples(samples) == {("nsqlookupd_producers", ()): 2, ("nsqlookupd_topics", ()): 3,
-                                                ("nsqlookupd_channels", ()): 3, ("nsqlookupd_tombstones", ()): 0}
-            assert all(types[name] == "gauge" for name in
-                       ("nsqlookupd_producers", "nsqlookupd_topics", "nsqlookupd_channels", "nsqlookupd_tombstones"))
-            assert samples[("process_resident_memory_bytes", ())] > 0
-
-            # a tombstone, then a channel created over lookupd's HTTP API
-            status, _ = await http.post("/topic/tombstone", topic="a", node=f"127.0.0.1:{nsqds[1].http_port}")
-            assert status == 200
-            status, _ = await http.post("/channel/create", topic="d", channel="w")
-            assert status == 200
-            api = await lookupd_api(http)
-            _, samples = parse(lookupd_metrics.render(lookupd)[0])
-            assert lookupd_samples(samples) == lookupd_expected(*api)
-            assert samples[("nsqlookupd_tombstones", ())] == 1
-            assert samples[("nsqlookupd_topics", ())] == 4 and samples[("nsqlookupd_channels", ())] == 4
-
-            # an nsqd going away takes its registrations with it
-            await nsqds.pop().stop()
-
-            async def gone() -> bool:
-                return lookupd_metrics.lookupd_figures(lookupd)["producers"] == 1
-
-            await wait_for(gone, timeout=5)
-            api = await lookupd_api(http)
-            _, samples = parse(lookupd_metrics.render(lookupd)[0])
-            assert lookupd_samples(samples) == lookupd_expected(*api)
-            assert samples[("nsqlookupd_tombstones", ())] == 0
-    finally:
-        await stop_cluster(lookupd, nsqds)
-
-
-async def test_lookupd_metrics_over_http(tmp_path):
+async def test_lookupd_metrics_over_http(make_nsq_cluster, tmp_path):
     """Needs the ``/metrics`` route on nsqlookupd's HTTP listener."""
-    lookupd, nsqds = await small_cluster(tmp_path)
-    try:
-        async with aiohttp.ClientSession() as session:
-            http = HTTP(session, lookupd.http_port)
-            api = await lookupd_api(http)
-            status, body, headers = await http.request("GET", "/metrics")
-            assert status == 200, body
-            assert headers["Content-Type"] == CONTENT_TYPE_LATEST
-            _, samples = parse(body)
-            assert lookupd_samples(samples) == lookupd_expected(*api)
-            assert samples[("nsqlookupd_producers", ())] == 2
-            assert samples[("process_resident_memory_bytes", ())] > 0
-    finally:
-        await stop_cluster(lookupd, nsqds)
+    lookupd, nsqds = await small_cluster(make_nsq_cluster, tmp_path)
+    async with aiohttp.ClientSession() as session:
+        http = HTTP(session, lookupd.http_port)
+        api = await lookupd_api(http)
+        status, body, headers = await http.request("GET", "/metrics")
+        assert status == 200, body
+        assert headers["Content-Type"] == CONTENT_TYPE_LATEST
+        _, samples = parse(body)
+        assert lookupd_samples(samples) == lookupd_expected(*api)
+        assert samples[("nsqlookupd_producers", ())] == 2
+        assert samples[("process_resident_memory_bytes", ())] > 0
 
 
 class _Odd:

@@ -15,9 +15,8 @@ from aiohttp import web
 
 from tests.cli.conftest import nsqd_proc  # noqa: F401 (a fixture: nsq nsqd as a subprocess)
 
-from nsq.server.lookupd import LookupdOptions, NSQLookupd
+from nsq.server.lookupd import NSQLookupd
 from nsq.server.nsqd.nsqd import NSQD
-from nsq.server.nsqd.options import NSQDOptions
 
 
 async def wait_until(pilot: Any, predicate: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -71,25 +70,16 @@ class AdminCluster:
 
 
 @pytest.fixture
-async def admin_cluster() -> AsyncIterator[AdminCluster]:
+async def admin_cluster(make_nsq_cluster) -> AsyncIterator[AdminCluster]:
+    """A lookupd and two nsqds registered with it (the package's ``make_nsq_cluster``)."""
+    local = await make_nsq_cluster(2)
     async with aiohttp.ClientSession() as session:
-        lookupd = NSQLookupd(LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                                            broadcast_address="127.0.0.1"))
-        await lookupd.start()
-        cl = AdminCluster(session, lookupd, [])
+        cl = AdminCluster(session, local.lookupd, local.nsqds)
         try:
-            for _ in range(2):
-                d = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                                     broadcast_address="127.0.0.1", nsqlookupd_tcp_addresses=[lookupd.tcp_address]))
-                await d.start()
-                cl.nsqds.append(d)
             yield cl
         finally:
             for x in cl.extra:
                 await x.close()
-            for d in cl.nsqds:
-                await d.stop()
-            await lookupd.stop()
 
 
 @dataclass
