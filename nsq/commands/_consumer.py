@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from nsq.commands._go import GoDuration, fail, run_async, stop_event
+from nsq.commands._go import GoDuration, ShownRequired, fail, run_async, stop_event
 
 __all__ = ["consumer_flags", "check_sources", "consumer_settings", "producer_settings", "run_forwarder", "stop_event",
            "tool_version",
@@ -41,17 +41,19 @@ def tool_version(tool: str):
 
 
 def consumer_flags(tool: str, default_channel: str | None, request_timeout: float = 5.0,
-                   topic_multiple: bool = True):
+                   topic_multiple: bool = True, topic_required: bool = False):
     """Decorator adding the consumer flags of Go's ``tool``.
 
     Adds parameters ``topics`` (tuple, or ``topic`` str when not
     ``topic_multiple``), ``channel``, ``addresses``, ``lookupd``,
     ``max_in_flight``, ``consumer_opts``, ``http_connect_timeout`` and
-    ``http_request_timeout`` (seconds).
+    ``http_request_timeout`` (seconds). ``topic_required``: ``--help`` marks
+    ``--topic`` ``[required]`` (the command checks it, with Go's message).
     """
+    topic_cls = ShownRequired if topic_required else click.Option
     options = [
-        click.option("--topic", "topics", multiple=True, help="nsq topic (may be given multiple times)")
-        if topic_multiple else click.option("--topic", "topic", default="", help="nsq topic"),
+        click.option("--topic", "topics", multiple=True, cls=topic_cls, help="nsq topic (may be given multiple times)")
+        if topic_multiple else click.option("--topic", "topic", default="", cls=topic_cls, help="nsq topic"),
         click.option("--channel", default=default_channel,
                      help=f'nsq channel (default "{default_channel}")' if default_channel else "nsq channel"),
         click.option("--nsqd-tcp-address", "addresses", multiple=True,

@@ -17,7 +17,7 @@ import click
 
 from nsq._internal.durations import format_duration, parse_duration
 
-__all__ = ["GoBool", "GoCommand", "GoDuration", "fail", "flag_values", "collect_options", "run_async", "serve_daemon",
+__all__ = ["GoBool", "GoBoolOption", "GoCommand", "GoDuration", "ShownRequired", "fail", "go_bool_option", "flag_values", "collect_options", "run_async", "serve_daemon",
            "spec_options", "stop_event"]
 
 
@@ -58,6 +58,44 @@ class GoBool(click.ParamType):
         if word not in self._WORDS:
             self.fail(f"invalid boolean value {value!r}", param, ctx)
         return self._WORDS[word]
+
+
+class GoBoolOption(click.Option):
+    """A Go bool flag: ``--gzip`` alone is true, ``--gzip=false`` (``=0``,
+    ``=f``, any :class:`GoBool` word) sets it; ``--help`` shows it as the
+    flag alone (``--gzip``), as Go's flag package does, with no value
+    placeholder."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("type", GoBool())
+        kwargs["is_flag"] = False
+        kwargs["flag_value"] = "true"
+        kwargs["metavar"] = ""
+        super().__init__(*args, **kwargs)
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        record = super().get_help_record(ctx)
+        if record is None:
+            return None
+        return record[0].rstrip(), record[1]
+
+
+def go_bool_option(*names: str, default: Any = False, help: str = "", **kwargs: Any):
+    """``click.option`` of a :class:`GoBoolOption`."""
+    return click.option(*names, cls=GoBoolOption, default=default, help=help, **kwargs)
+
+
+class ShownRequired(click.Option):
+    """An option ``--help`` marks ``[required]`` whose absence the command
+    reports itself, with the Go tool's message (``--topic is required``)
+    and exit status 1 rather than click's usage error."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        self.required = True
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.required = False
 
 
 class GoDuration(click.ParamType):
@@ -135,8 +173,7 @@ def spec_options(specs, defaults: Any, shown: dict[str, str] | None = None):
                 text = ""  # the help text already says it (Go's own wording)
             help_text = spec.help + (f" (default {text})" if text else "")
             if spec.kind == "bool":
-                opt = click.option(*names, type=GoBool(), is_flag=False, flag_value="true", default=None,
-                                   help=help_text, metavar="BOOL")
+                opt = go_bool_option(*names, default=None, help=help_text)
             elif spec.kind == "duration":
                 opt = click.option(*names, type=GoDuration(), default=None, help=help_text)
             elif spec.kind in ("list", "floatlist"):

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from nsq.commands._go import GoBool, GoCommand, GoDuration, fail
+from nsq.commands._go import GoCommand, GoDuration, fail, go_bool_option
 
 __all__ = ["access", "admin"]
 
@@ -26,8 +26,7 @@ _TRUE = ("1", "true", "t", "yes", "y", "on")
 
 
 def _bool_flag(name: str, help_text: str):
-    return click.option(name, type=GoBool(), is_flag=False, flag_value="true", default="false", metavar="BOOL",
-                        help=help_text)
+    return go_bool_option(name, default="false", help=help_text)
 
 
 @click.command(cls=GoCommand, context_settings={"help_option_names": ["-h", "--help"]})

@@ -18,12 +18,11 @@ _CTX = {"help_option_names": ["-h", "--help"]}
 
 def _common(func: Any) -> Any:
     for opt in reversed([
-        click.option("--nsqd-tcp-address", default="127.0.0.1:4150", show_default=True,
-                     help="<addr>:<port> to connect to nsqd"),
-        click.option("--topic", default="sub_bench", show_default=True, help="topic to publish to / receive from"),
-        click.option("--size", default=200, show_default=True, type=click.IntRange(min=0), help="size of messages"),
-        click.option("--runfor", default="10s", show_default=True, type=GoDuration(),
-                     help="duration of time to run"),
+        click.option("--nsqd-tcp-address", default="127.0.0.1:4150",
+                     help='<addr>:<port> to connect to nsqd (default "127.0.0.1:4150")'),
+        click.option("--topic", default="sub_bench", help='topic to publish to / receive from (default "sub_bench")'),
+        click.option("--size", default=200, type=click.IntRange(min=0), help="size of messages (default 200)"),
+        click.option("--runfor", default="10s", type=GoDuration(), help="duration of time to run (default 10s)"),
         click.option("--deadline", default="",
                      help='deadline to start the benchmark run, "2006-01-02 15:04:05" (UTC)'),
     ]):
@@ -37,14 +36,14 @@ def _connections(func: Any) -> Any:
 
 
 def _channel(func: Any) -> Any:
-    return click.option("--channel", default="ch", show_default=True, help="channel to receive messages on")(func)
+    return click.option("--channel", default="ch", help='channel to receive messages on (default "ch")')(func)
 
 
 @click.group(context_settings=_CTX)
 def bench() -> None:
     """Load nsqd over TCP (V2) and print Go's bench result line.
 
-    `writer` and `reader` are Go's bench_writer and bench_reader; `latency`
+    "writer" and "reader" are Go's bench_writer and bench_reader; "latency"
     times PUB -> delivery to a RDY 1 consumer. Works against any
     NSQ-compatible nsqd.
     """
@@ -52,8 +51,7 @@ def bench() -> None:
 
 @bench.command(cls=GoCommand, context_settings=_CTX)
 @_common
-@click.option("--batch-size", default=200, show_default=True, type=click.IntRange(min=1),
-              help="batch size of messages")
+@click.option("--batch-size", default=200, type=click.IntRange(min=1), help="batch size of messages (default 200)")
 @_connections
 def writer(**flags: Any) -> None:
     """MPUB batches as fast as nsqd answers (Go's bench_writer)."""
@@ -63,7 +61,7 @@ def writer(**flags: Any) -> None:
 @bench.command(cls=GoCommand, context_settings=_CTX)
 @_common
 @_channel
-@click.option("--rdy", default=2500, show_default=True, type=click.IntRange(min=1), help="RDY count to use")
+@click.option("--rdy", default=2500, type=click.IntRange(min=1), help="RDY count to use (default 2500)")
 @_connections
 def reader(**flags: Any) -> None:
     """SUB, RDY and FIN every message (Go's bench_reader)."""
@@ -73,9 +71,9 @@ def reader(**flags: Any) -> None:
 @bench.command(cls=GoCommand, context_settings=_CTX)
 @_common
 @_channel
-@click.option("--until", type=click.Choice(["delivered", "ok"]), default="delivered", show_default=True,
+@click.option("--until", type=click.Choice(["delivered", "ok"]), default="delivered",
               help="end each sample when the consumer reads the message, or when the producer reads "
-                   "the PUB's OK (no consumer)")
+                   'the PUB\'s OK (no consumer) (default "delivered")')
 def latency(**flags: Any) -> None:
     """PUB one message, receive it with RDY 1, FIN, repeat; print p50/p90/p99/max.
 

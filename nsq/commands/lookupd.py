@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from nsq import NSQ_VERSION, __version__
-from nsq.commands._go import GoBool, GoCommand, collect_options, fail, run_async, serve_daemon, spec_options
+from nsq.commands._go import GoCommand, collect_options, fail, go_bool_option, run_async, serve_daemon, spec_options
 from nsq.server.lookupd.options import OPTION_SPECS, ConfigError, LookupdOptions, load_config
 
 __all__ = ["lookupd"]
@@ -30,8 +30,7 @@ def build_options(config: str | None, flags: dict[str, Any]) -> LookupdOptions:
                                                  "max_content_width": 120})
 @click.option("--config", "config", default=None, help="path to config file (TOML, Go nsqlookupd's keys)")
 @click.option("--version", "show_version", is_flag=True, help="print version string")
-@click.option("--verbose", "verbose", type=GoBool(), is_flag=False, flag_value="true", default=None,
-              help="[deprecated] has no effect, use --log-level", metavar="BOOL")
+@go_bool_option("--verbose", "verbose", default=None, help="[deprecated] has no effect, use --log-level")
 @spec_options(OPTION_SPECS, _DEFAULTS, {"broadcast_address": "OS hostname"})
 def lookupd(config: str | None, show_version: bool, verbose: Any, **flags: Any) -> None:
     """nsqlookupd: the directory nsqds register with and consumers ask.

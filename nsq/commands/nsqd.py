@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from nsq import NSQ_VERSION, __version__
-from nsq.commands._go import GoBool, GoCommand, collect_options, fail, run_async, serve_daemon, spec_options
+from nsq.commands._go import GoCommand, collect_options, fail, go_bool_option, run_async, serve_daemon, spec_options
 from nsq.server.nsqd.options import OPTION_SPECS, ConfigError, NSQDOptions, load_config, validate
 
 __all__ = ["nsqd"]
@@ -43,8 +43,7 @@ def build_options(config: str | None, flags: dict[str, Any]) -> NSQDOptions:
                                                  "max_content_width": 120})
 @click.option("--config", "config", default=None, help="path to config file (TOML, Go nsqd's keys)")
 @click.option("--version", "show_version", is_flag=True, help="print version string")
-@click.option("--verbose", "verbose", type=GoBool(), is_flag=False, flag_value="true", default=None,
-              help="[deprecated] has no effect, use --log-level", metavar="BOOL")
+@go_bool_option("--verbose", "verbose", default=None, help="[deprecated] has no effect, use --log-level")
 @click.option("--worker-id", "worker_id", type=int, default=None, help="[deprecated] use --node-id")
 @spec_options(OPTION_SPECS, _DEFAULTS, {"node_id": "hash of hostname", "broadcast_address": "OS hostname"})
 def nsqd(config: str | None, show_version: bool, verbose: Any, worker_id: int | None, **flags: Any) -> None:

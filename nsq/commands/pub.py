@@ -21,9 +21,8 @@ __all__ = ["pub"]
 @click.option("--lookupd-http-address", "lookupd", multiple=True,
               help="lookupd HTTP address (may be given multiple times): publish to the nsqds that have the "
                    "topic, or to every nsqd they know if none has it yet")
-@click.option("--delimiter", default="\n", show_default=r"\n",
-              help="character to split input from stdin")
-@click.option("--rate", default=0, type=int, help="Throttle messages to n/second. 0 to disable")
+@click.option("--delimiter", default="\n", help='character to split input from stdin (default "\\n")')
+@click.option("--rate", default=0, type=int, help="Throttle messages to n/second. 0 to disable (default 0)")
 @click.option("--producer-opt", "producer_opts", multiple=True,
               help="option to passthrough to the Producer as key,value (may be given multiple times)")
 @tool_version("to_nsq")

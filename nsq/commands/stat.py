@@ -16,15 +16,15 @@ from typing import Any
 
 import click
 
-from nsq.commands._go import GoCommand, GoDuration, fail, run_async, stop_event
+from nsq.commands._go import GoCommand, GoDuration, ShownRequired, fail, go_bool_option, run_async, stop_event
 
 __all__ = ["stat"]
 
 
 @click.command(cls=GoCommand, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--topic", default="", help="NSQ topic")
-@click.option("--channel", default="", help="NSQ channel")
-@click.option("--count", "count", type=int, default=None, help="number of reports")
+@click.option("--topic", default="", cls=ShownRequired, help="NSQ topic")
+@click.option("--channel", default="", cls=ShownRequired, help="NSQ channel")
+@click.option("--count", "count", type=int, default=None, help="number of reports (default: until interrupted)")
 @click.option("--interval", type=GoDuration(), default=2.0,
               help="duration of time between polling/printing output (default 2s)")
 @click.option("--lookupd-http-address", "lookupd", multiple=True,
@@ -38,8 +38,8 @@ __all__ = ["stat"]
 @click.option("--http-auth-secret", default="", envvar="NSQ_AUTH_SECRET", show_envvar=True,
               help="secret sent to the nsqds as 'Authorization: Bearer <secret>' (for nsqds started with "
                    "--http-auth-required); lookupds are asked without it")
-@click.option("--plain", is_flag=True, default=False,
-              help="print nsq_stat's plain lines even when stdout is a terminal (the default when piped)")
+@go_bool_option("--plain",
+                help="print nsq_stat's plain lines even when stdout is a terminal (the default when piped)")
 def stat(topic: str, channel: str, count: int | None, interval: float, lookupd: tuple[str, ...],
          nsqd: tuple[str, ...], http_client_connect_timeout: float, http_client_request_timeout: float,
          http_auth_secret: str, plain: bool) -> None:

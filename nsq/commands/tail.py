@@ -9,15 +9,16 @@ import sys
 import click
 
 from nsq.commands._consumer import check_sources, consumer_flags, consumer_settings, stop_event
-from nsq.commands._go import GoCommand, fail, run_async
+from nsq.commands._go import GoCommand, fail, go_bool_option, run_async
 
 __all__ = ["tail"]
 
 
 @click.command(cls=GoCommand, context_settings={"help_option_names": ["-h", "--help"]})
-@consumer_flags("nsq_tail", None)
-@click.option("-n", "total", default=0, type=int, help="total messages to show (will wait if starved)")
-@click.option("--print-topic", is_flag=True, help="print topic name where message was received")
+@consumer_flags("nsq_tail", None, topic_required=True)
+@click.option("-n", "total", default=0, type=int,
+              help="total messages to show (will wait if starved) (default 0: no limit)")
+@go_bool_option("--print-topic", help="print topic name where message was received")
 def tail(topics: tuple[str, ...], channel: str | None, addresses: tuple[str, ...], lookupd: tuple[str, ...],
          max_in_flight: int, consumer_opts: tuple[str, ...], http_connect_timeout: float,
          http_request_timeout: float, total: int, print_topic: bool) -> None:

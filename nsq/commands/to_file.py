@@ -15,14 +15,13 @@ import sys
 import click
 
 from nsq.commands._consumer import check_sources, consumer_flags, consumer_settings, stop_event
-from nsq.commands._go import GoBool, GoCommand, GoDuration, fail, run_async
+from nsq.commands._go import GoCommand, GoDuration, fail, go_bool_option, run_async
 
 __all__ = ["to_file"]
 
 
 def _bool_flag(name: str, help_text: str):
-    return click.option(name, type=GoBool(), is_flag=False, flag_value="true", default=False, metavar="BOOL",
-                        help=help_text)
+    return go_bool_option(name, default=False, help=help_text)
 
 
 @click.command(cls=GoCommand, context_settings={"help_option_names": ["-h", "--help"]})

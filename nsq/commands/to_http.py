@@ -29,7 +29,7 @@ __all__ = ["to_http"]
 
 
 @click.command(cls=GoCommand, context_settings={"help_option_names": ["-h", "--help"]})
-@consumer_flags("nsq_to_http", "nsq_to_http", request_timeout=20.0, topic_multiple=False)
+@consumer_flags("nsq_to_http", "nsq_to_http", request_timeout=20.0, topic_multiple=False, topic_required=True)
 @click.option("--get", "get_addrs", multiple=True, metavar="URL",
               help="HTTP address to make a GET request to. '%s' will be printf replaced with data "
                    "(may be given multiple times)")
@@ -51,7 +51,7 @@ def to_http(topic: str, channel: str, addresses: tuple[str, ...], lookupd: tuple
             mode: str, publishers: int, sample: float, status_every: int) -> None:
     """Consume TOPIC/CHANNEL and GET or POST each message to one of the URLs.
 
-    Exits 1 with one ``Error:`` line on a bad flag combination or when no
+    Exits 1 with one "Error: ..." line on a bad flag combination or when no
     nsqd can be reached at start; 0 after SIGINT/SIGTERM.
     """
     from nsq.apps.to_http import HTTPForwarder, check_address, parse_headers

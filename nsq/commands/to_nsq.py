@@ -17,14 +17,14 @@ import click
 
 from nsq.commands._consumer import (check_sources, consumer_flags, consumer_settings, producer_settings,
                                     run_forwarder)
-from nsq.commands._go import GoCommand, fail
+from nsq.commands._go import GoCommand, ShownRequired, fail
 
 __all__ = ["to_nsq"]
 
 
 @click.command(cls=GoCommand, context_settings={"help_option_names": ["-h", "--help"]})
-@consumer_flags("nsq_to_nsq", "nsq_to_nsq")
-@click.option("--destination-nsqd-tcp-address", "destinations", multiple=True,
+@consumer_flags("nsq_to_nsq", "nsq_to_nsq", topic_required=True)
+@click.option("--destination-nsqd-tcp-address", "destinations", multiple=True, cls=ShownRequired,
               help="destination nsqd TCP address (may be given multiple times)")
 @click.option("--destination-topic", default="",
               help="use this destination topic for all consumed topics (default is consumed topic name)")
