@@ -86,10 +86,17 @@ def expected_from_stats(stats: dict[str, Any], nsqd: NSQD) -> Samples:
         tl = lbl(topic=t["topic_name"])
         for field, name in TOPIC_FIELDS.items():
             out[(name, tl)] = float(t[field])
+        if "head_offset" in t:  # --storage=wal: the topic log's window
+            out[("nsq_topic_head_offset", tl)] = float(t["head_offset"])
+            out[("nsq_topic_first_offset", tl)] = float(t["first_offset"])
+            out[("nsq_topic_retained_bytes", tl)] = float(t["retained_bytes"])
+            out[("nsq_topic_oldest_timestamp_seconds", tl)] = t["oldest_timestamp"] / 1e9
         for ch in t["channels"]:
             cl = lbl(topic=t["topic_name"], channel=ch["channel_name"])
             for field, name in CHANNEL_FIELDS.items():
                 out[(name, cl)] = float(ch[field])
+            if "offset" in ch:
+                out[("nsq_channel_offset", cl)] = float(ch["offset"])
             if e2e_on:
                 latency = ch["e2e_processing_latency"]
                 out[(E2E_SAMPLES, cl)] = float(latency["count"])

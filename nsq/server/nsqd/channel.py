@@ -686,6 +686,31 @@ class Channel:
         self._deferred_pq.clear()
         return len(msgs)
 
+    def rewind(self, offset: int) -> int:
+        """Topic log: deliver again every message from ``offset`` on (the
+        caller checked it is retained). Messages queued in memory from there
+        on are read from the log again; ones in flight may come twice.
+        Returns how many messages that puts back (the depth added)."""
+        wal = self.wal
+        assert wal is not None
+        before = self.depth
+        if any(e[5] >= offset for e in self.queue):
+            self.queue = deque(e for e in self.queue if e[5] < offset)
+        wal.rewind(offset)
+        count = max(0, self.depth - before)
+        if self._ready and not self.paused:
+            self.pump()
+        return count
+
+    def commit(self, offset: int) -> None:
+        """Topic log: every message below ``offset`` is finished (queued ones
+        are dropped); the channel reads on from there."""
+        wal = self.wal
+        assert wal is not None
+        if any(e[5] < offset for e in self.queue):
+            self.queue = deque(e for e in self.queue if e[5] >= offset)
+        wal.commit(offset)
+
     def wal_attempts(self) -> dict[int, int]:
         """``{offset: deliveries so far}`` of the messages taken from the
         topic log and not finished that were delivered at least once."""

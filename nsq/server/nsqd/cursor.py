@@ -98,6 +98,21 @@ class RangeSet:
         self.starts = [s for s, _ in merged]
         self.ends = [e for _, e in merged]
 
+    def cut_from(self, offset: int) -> None:
+        """Forget every finished offset at or after ``offset`` (a rewind)."""
+        if self.low > offset:
+            self.low = offset
+            self.starts, self.ends = [], []
+            return
+        keep = bisect.bisect_left(self.starts, offset)
+        self.starts = self.starts[:keep]
+        self.ends = [min(e, offset) for e in self.ends[:keep]]
+
+    def finish_below(self, offset: int) -> None:
+        """Mark every offset below ``offset`` finished (a commit)."""
+        if offset > self.low:
+            self._merge([(self.low, offset)])
+
     def next_gap(self, offset: int) -> tuple[int, int]:
         """``(first unfinished offset >= offset, start of the finished
         interval after it or -1)``."""
@@ -305,6 +320,27 @@ class ChannelCursor(BackendQueue):
             return self.read_entries(n, 0)
         finally:
             self.next, self.depth, self._ahead, self.attempts, self.restored_due, self.dlog = saved
+
+    def rewind(self, offset: int) -> None:
+        """Read again from ``offset``: every offset at or after it counts as
+        not finished (the caller checked it is retained). The positions a
+        restart could read from move back at once, so the log's segments
+        from there on are kept."""
+        self.fold()
+        self.finished.cut_from(offset)
+        self.next = offset
+        self.persisted_low = min(self.persisted_low, self.finished.low)
+        self._saved = None  # checkpoint at the next scan
+        self._refresh()
+
+    def commit(self, offset: int) -> None:
+        """Everything below ``offset`` is finished (a reader that keeps its
+        own position, like the Spark source, reports its progress)."""
+        self.fold()
+        self.finished.finish_below(offset)
+        if self.next < offset:
+            self.next = offset
+        self._refresh()
 
     def skip_to(self, offset: int) -> None:
         """Everything before ``offset`` is finished (the channel was emptied)."""

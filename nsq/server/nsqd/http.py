@@ -26,6 +26,8 @@ from nsq.server.httpapi import (
     text_response,
     topic_channel_args,
 )
+from nsq.server.nsqd.http_log import NEEDS_WAL, resolve_start
+from nsq.server.nsqd.http_log import add_routes as add_log_routes
 from nsq.server.nsqd.httpauth import AUTH_KEY, auth_middleware, filter_stats
 from nsq.server.nsqd.metrics import metrics_handler
 from nsq.server.nsqd.options import SPEC_BY_CFG, describe
@@ -79,6 +81,8 @@ class NSQDHTTPServer:
         r.add_get("/topic/peek", self.topic_peek, allow_head=False)
         r.add_post("/drain", self.drain)
         r.add_get("/metrics", metrics_handler(nsqd), allow_head=False)
+        # beyond Go nsqd: retention, replay and reading by offset (--storage=wal)
+        add_log_routes(r, nsqd)
         r.add_put("/config/{opt}", self.config)
         self.app = self._listener.app
 
@@ -270,9 +274,16 @@ class NSQDHTTPServer:
         return _text("")
 
     async def channel_create(self, request: web.Request) -> web.Response:
-        """POST /channel/create?topic=&channel= (the topic must exist)."""
+        """POST /channel/create?topic=&channel= (the topic must exist);
+        ``&start=earliest|latest|S`` (``--storage=wal``): where a new
+        channel begins in the topic log (default latest, as Go)."""
         topic, channel = self._existing_topic_channel(request)
-        topic.get_channel(channel)
+        start = None
+        if "start" in request.query:
+            if topic.log is None:
+                raise HTTPError(400, NEEDS_WAL)
+            start = resolve_start(topic, request.query["start"])
+        topic.get_channel(channel, start)
         return _text("")
 
     async def channel_delete(self, request: web.Request) -> web.Response:

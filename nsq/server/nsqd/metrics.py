@@ -205,6 +205,7 @@ class NSQDCollector(Collector):
 
         yield from topic_families
         yield from channel_families
+        yield from _log_families(nsqd)
         if e2e_on:
             yield c_e2e
             yield c_e2e_n
@@ -214,6 +215,35 @@ class NSQDCollector(Collector):
         yield GaugeMetricFamily("nsq_draining", "1 while nsqd drains before exiting (/ping answers 503 "
                                 "DRAINING), else 0.", value=1 if nsqd.draining else 0)
 
+
+
+def _log_families(nsqd: NSQD) -> Iterator[Metric]:
+    """``--storage=wal``: the retained window of each topic log and each
+    channel's offset (nothing when no topic has a log)."""
+    topics = [(name, t) for name, t in sorted(nsqd.topics.items()) if t.log is not None]
+    if not topics:
+        return
+    head = GaugeMetricFamily("nsq_topic_head_offset", "Offset the next message published to the topic gets "
+                             "(messages ever appended to its log).", labels=_TOPIC)
+    first = GaugeMetricFamily("nsq_topic_first_offset", "Offset of the oldest message the topic log retains.",
+                              labels=_TOPIC)
+    retained = GaugeMetricFamily("nsq_topic_retained_bytes", "Bytes of the topic log on disk.", labels=_TOPIC)
+    oldest = GaugeMetricFamily("nsq_topic_oldest_timestamp_seconds", "Publish time (Unix s) of the oldest "
+                               "message the topic log retains; 0 when it is empty.", labels=_TOPIC)
+    offset = GaugeMetricFamily("nsq_channel_offset", "Offset of the next message the channel takes from its "
+                               "topic log (head offset minus this: its lag).", labels=_CHANNEL)
+    for name, topic in topics:
+        tlog = topic.log
+        assert tlog is not None
+        ts = tlog.timestamp_at(tlog.first) if tlog.first < tlog.head else None
+        head.add_metric([name], tlog.head)
+        first.add_metric([name], tlog.first)
+        retained.add_metric([name], tlog.retained_bytes)
+        oldest.add_metric([name], (ts or 0) / 1e9)
+        for cname, ch in sorted(topic.channels.items()):
+            if ch.wal is not None:
+                offset.add_metric([name, cname], ch.wal.next)
+    yield from (head, first, retained, oldest, offset)
 
 
 # -- the text format, written fast ----------------------------------------------

@@ -53,6 +53,10 @@ class NSQDOptions:
     # channel) or "wal" (one log per topic, channels as cursors:
     # nsq/server/nsqd/topiclog.py)
     storage: str = "diskqueue"
+    # --storage=wal only: keep messages every channel has finished this long
+    # after they were published (s) / up to this many bytes per topic (0: off)
+    retention_time: float = 0.0
+    retention_bytes: int = 0
     # messages
     msg_timeout: float = 60.0
     max_msg_timeout: float = 900.0
@@ -134,6 +138,13 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
                "how durable topics keep messages on disk: 'diskqueue' (Go nsqd's format: a disk queue per topic "
                "and per channel, for messages past --mem-queue-size) or 'wal' (one log per topic written once per "
                "message, every message; channels are cursors into it; --max-bytes-per-file sizes its segments)"),
+    OptionSpec("retention-time", "retention_time", "duration",
+               "with --storage=wal: keep messages every channel has finished for this long after they were "
+               "published, for replay (POST /channel/rewind), whole log segments, oldest first (default 0s: "
+               "delete a segment once every channel is past it); per topic: POST /topic/config"),
+    OptionSpec("retention-bytes", "retention_bytes", "int",
+               "with --storage=wal: keep up to this many bytes of finished messages per topic, for replay "
+               "(default 0: no size cap; with --retention-time too, a segment goes when either says so)"),
     OptionSpec("max-bytes-per-file", "max_bytes_per_file", "int",
                "number of bytes per diskqueue file before rolling"),
     OptionSpec("drain-timeout", "drain_timeout", "duration",
@@ -243,6 +254,8 @@ def validate(opts: NSQDOptions) -> None:
         raise ConfigError("--http-auth-required needs --auth-http-address")
     if opts.storage not in STORAGE_ENGINES:
         raise ConfigError(f"--storage must be one of {', '.join(STORAGE_ENGINES)}, got {opts.storage!r}")
+    if opts.retention_time < 0 or opts.retention_bytes < 0:
+        raise ConfigError("--retention-time and --retention-bytes must not be negative")
     if opts.max_attempts < 0 or opts.max_attempts > 65535:
         raise ConfigError(f"--max-attempts must be in [0, 65535], got {opts.max_attempts}")
     if opts.statsd_address:

@@ -132,7 +132,7 @@ def channel_stats(channel: Channel, host: str, include_clients: bool) -> dict[st
     """One channel's stats dict (Go ``ChannelStats``)."""
     # Go: clients is null when not asked for, a (possibly empty) list otherwise
     clients = [client_stats(c) for c in channel.clients.values()] if include_clients else None
-    return {
+    out = {
         "channel_name": channel.name,
         "depth": channel.depth,
         "backend_depth": channel.backend.depth,
@@ -150,6 +150,9 @@ def channel_stats(channel: Channel, host: str, include_clients: bool) -> dict[st
         "e2e_processing_latency": e2e_latency([channel.e2e] if channel.e2e is not None else [],
                                               channel.topic.name, channel.name, host),
     }
+    if channel.wal is not None:  # --storage=wal: the channel's position in the topic log
+        out["offset"] = channel.wal.next
+    return out
 
 
 def topic_stats(topic: Topic, host: str, channel_filter: str, include_clients: bool) -> dict[str, Any]:
@@ -159,7 +162,7 @@ def topic_stats(topic: Topic, host: str, channel_filter: str, include_clients: b
         for name, c in sorted(topic.channels.items())
         if not channel_filter or name == channel_filter
     ]
-    return {
+    out = {
         "topic_name": topic.name,
         "channels": channels,
         "depth": topic.depth,
@@ -170,6 +173,30 @@ def topic_stats(topic: Topic, host: str, channel_filter: str, include_clients: b
         # Go: every channel's quantiles merged, whatever the channel filter
         "e2e_processing_latency": e2e_latency([c.e2e for c in topic.channels.values() if c.e2e is not None],
                                               topic.name, "", host),
+    }
+    if topic.log is not None:  # --storage=wal: the retained window of the topic log
+        out.update(log_stats(topic))
+    return out
+
+
+def log_stats(topic: Topic) -> dict[str, Any]:
+    """The topic log's figures for ``/stats``: ``head_offset`` (the next
+    message's offset), ``first_offset`` (the oldest retained),
+    ``retained_bytes``, ``oldest_timestamp`` (ns, 0 when empty) and the
+    topic's retention (``retention_time`` as a Go duration,
+    ``retention_bytes``)."""
+    from nsq._internal.durations import format_duration
+
+    tlog = topic.log
+    assert tlog is not None
+    oldest = tlog.timestamp_at(tlog.first) if tlog.first < tlog.head else None
+    return {
+        "head_offset": tlog.head,
+        "first_offset": tlog.first,
+        "retained_bytes": tlog.retained_bytes,
+        "oldest_timestamp": oldest or 0,
+        "retention_time": format_duration(topic.retention_time),
+        "retention_bytes": topic.retention_bytes,
     }
 
 

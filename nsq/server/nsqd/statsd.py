@@ -247,6 +247,9 @@ class StatsdPusher:
             counter(f"{key}.message_bytes", _diff(t["message_bytes"], last_bytes))
             gauge(f"{key}.depth", t["depth"])
             gauge(f"{key}.backend_depth", t["backend_depth"])
+            if "head_offset" in t:  # --storage=wal
+                gauge(f"{key}.head_offset", t["head_offset"])
+                gauge(f"{key}.retained_bytes", t["retained_bytes"])
             for item in t["e2e_processing_latency"]["percentiles"] or []:
                 gauge(f"{key}.e2e_processing_latency_{_percentile_name(item['quantile'])}", item["value"])
             now_channels: dict[str, tuple[int, int, int, int]] = {}
@@ -257,6 +260,8 @@ class StatsdPusher:
                 counter(f"{ckey}.message_count", _diff(c["message_count"], last_msgs))
                 gauge(f"{ckey}.depth", c["depth"])
                 gauge(f"{ckey}.backend_depth", c["backend_depth"])
+                if "offset" in c:  # --storage=wal
+                    gauge(f"{ckey}.offset", c["offset"])
                 gauge(f"{ckey}.in_flight_count", c["in_flight_count"])
                 gauge(f"{ckey}.deferred_count", c["deferred_count"])
                 counter(f"{ckey}.requeue_count", _diff(c["requeue_count"], last_requeues))

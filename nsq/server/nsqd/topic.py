@@ -94,6 +94,9 @@ class Topic:
         self.visible = 0
         #: ``visible`` of the newest topic.json on disk
         self.persisted_visible = 0
+        #: --storage=wal: keep finished messages this long (s) / this many bytes (0: off)
+        self.retention_time = nsqd.options.retention_time
+        self.retention_bytes = nsqd.options.retention_bytes
         if topic_log is not None:
             self.backend = HeldMessages()
             self.visible = self.persisted_visible = self._load_visible(topic_log)
@@ -108,10 +111,47 @@ class Topic:
         assert self.log is not None
         return os.path.join(self.log.path, "topic.json")
 
+    def _state(self) -> bytes:
+        """topic.json: the visible offset and the topic's own retention."""
+        state: dict = {"visible": self.visible}
+        if self._own_retention:
+            state["retention_time"] = self.retention_time
+            state["retention_bytes"] = self.retention_bytes
+        return json.dumps(state).encode()
+
+    _own_retention = False
+
+    def set_retention(self, retention_time: float | None, retention_bytes: int | None) -> None:
+        """This topic's own retention (``POST /topic/config``), written to
+        topic.json now.
+
+        Raises:
+            OSError: it could not be written (nothing changed).
+        """
+        from nsq.server.nsqd.atomicfile import replace_atomically
+
+        old = (self.retention_time, self.retention_bytes, self._own_retention)
+        if retention_time is not None:
+            self.retention_time = retention_time
+        if retention_bytes is not None:
+            self.retention_bytes = retention_bytes
+        self._own_retention = True
+        try:
+            replace_atomically(self._state_path(), self._state())
+        except OSError:
+            self.retention_time, self.retention_bytes, self._own_retention = old
+            raise
+        self.persisted_visible = min(self.persisted_visible, self.visible)
+
     def _load_visible(self, topic_log: TopicLog) -> int:
         try:
             with open(os.path.join(topic_log.path, "topic.json"), "rb") as fh:
-                visible = int(json.loads(fh.read())["visible"])
+                state = json.loads(fh.read())
+            visible = int(state["visible"])
+            if "retention_time" in state:
+                self.retention_time = float(state["retention_time"])
+                self.retention_bytes = int(state.get("retention_bytes", 0))
+                self._own_retention = True
         except FileNotFoundError:
             return topic_log.first
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -155,7 +195,7 @@ class Topic:
                 files.append(cp)
                 what.append((cursor, cursor.finished.low))
         if self.visible != self.persisted_visible:
-            files.append((self._state_path(), json.dumps({"visible": self.visible}).encode()))
+            files.append((self._state_path(), self._state()))
             what.append((self, self.visible))
         return files, what
 
@@ -183,7 +223,21 @@ class Topic:
             if cursor is not None:
                 low = cursor.finished.low if cursor.path is None else cursor.persisted_low
                 floor = min(floor, low)
-        if self.log.delete_before(floor):
+        segments = self.log.segment_info()
+        rt, rb = self.retention_time, self.retention_bytes
+        now = time.time()
+        retained = sum(size for _, size, _ in segments)
+        upto = None
+        # whole segments below the floor, oldest first, never the newest;
+        # with retention, only those past its time or beyond its size
+        for (_base, size, mtime), (next_base, _, _) in zip(segments, segments[1:]):
+            if next_base > floor:
+                break
+            if (rt or rb) and not ((rt and now - mtime > rt) or (rb and retained > rb)):
+                break
+            upto = next_base
+            retained -= size
+        if upto is not None and self.log.delete_before(upto):
             log.info("TOPIC(%s): log segments before offset %d deleted", self.name, self.log.first)
 
     def write_checkpoint(self, channel: Channel, attempts: dict[int, int]) -> None:
@@ -386,8 +440,10 @@ class Topic:
 
     # -- channels ----------------------------------------------------------------
 
-    def get_channel(self, name: str) -> Channel:
-        """The channel ``name``, created (and fed held messages) if new."""
+    def get_channel(self, name: str, start: int | None = None) -> Channel:
+        """The channel ``name``, created (and fed held messages) if new; a
+        new channel of a topic log may start at a retained ``start`` offset
+        instead of the visible one (``POST /channel/create?start=``)."""
         channel = self.channels.get(name)
         if channel is None:
             if self.log is not None:
@@ -399,6 +455,8 @@ class Topic:
             else:
                 backend = self.nsqd.make_backend(f"{self.name}:{name}", is_ephemeral(name))
             channel = Channel(self, name, backend)
+            if start is not None and channel.wal is not None and start < channel.wal.next:
+                channel.rewind(max(start, self.log.first if self.log is not None else 0))
             self.channels[name] = channel
             log.info("TOPIC(%s): new channel(%s)", self.name, name)
             self.nsqd.notify_channel_created(self, channel)
@@ -461,7 +519,7 @@ class Topic:
                 from nsq.server.nsqd.atomicfile import replace_atomically
 
                 try:
-                    replace_atomically(self._state_path(), json.dumps({"visible": self.visible}).encode())
+                    replace_atomically(self._state_path(), self._state())
                 except OSError as exc:
                     log.error("TOPIC(%s): failed to write topic.json - %s", self.name, exc)
             self.log.close()

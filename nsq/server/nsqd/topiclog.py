@@ -512,6 +512,48 @@ class TopicLog:
             self.first = floor
         return deleted
 
+    def timestamp_at(self, offset: int) -> int | None:
+        """The publish timestamp (ns) of the message at ``offset``, or None
+        if it is not retained (or damaged)."""
+        records, _ = self.read(offset, 1)
+        return records[0][3] if records and records[0][0] == offset else None
+
+    def offset_for_time(self, ts_ns: int) -> int:
+        """The first retained offset whose message was published at or
+        after ``ts_ns`` (ns since the epoch); :attr:`head` if none.
+        Timestamps are taken as non-decreasing (publish order): segments are
+        searched by their first record, then read in order."""
+        lo, hi = 0, len(self._segments) - 1
+        while lo < hi:  # the last segment whose first message is before ts_ns
+            mid = (lo + hi + 1) // 2
+            first_ts = self.timestamp_at(max(self._bases[mid], self.first))
+            if first_ts is not None and first_ts < ts_ns:
+                lo = mid
+            else:
+                hi = mid - 1
+        offset = max(self._bases[lo], self.first)
+        while offset < self.head:
+            records, nxt = self.read(offset, 1024)
+            for record in records:
+                if record[3] >= ts_ns:
+                    return record[0]
+            if nxt <= offset:
+                break
+            offset = nxt
+        return self.head
+
+    def segment_info(self) -> list[tuple[int, int, float]]:
+        """``(first offset, bytes, mtime in Unix s)`` of each segment,
+        oldest first (the mtime is when it was last appended to)."""
+        out = []
+        for seg in self._segments:
+            try:
+                mtime = os.stat(seg.path).st_mtime
+            except OSError:
+                mtime = 0.0
+            out.append((seg.base, seg.size, mtime))
+        return out
+
     def segments(self) -> Iterable[tuple[int, int]]:
         """``(first offset, bytes)`` of each segment, oldest first."""
         return [(s.base, s.size) for s in self._segments]
