@@ -14,6 +14,10 @@ import pytest
 
 from .helpers import HTTP, Conn
 
+#: every test here runs with --storage=diskqueue and --storage=wal (tests/server/conftest.py)
+pytestmark = pytest.mark.both_storages
+
+
 
 async def test_drain_refuses_publishes_stops_delivery_and_waits_for_fin(make_nsqd, session):
     d = await make_nsqd()

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import aiohttp
+import pytest
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -29,6 +30,10 @@ from nsq.server.nsqd.nsqd import NSQD
 from nsq.server.nsqd.stats import get_stats
 
 from .helpers import HTTP, Conn, wait_for
+
+#: every test here runs with --storage=diskqueue and --storage=wal (tests/server/conftest.py)
+pytestmark = pytest.mark.both_storages
+
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
