@@ -262,3 +262,39 @@ async def test_a_finished_session_is_reaped_by_asyncio_alone(caplog):
     finally:
         await server.close()
     assert not [r for r in caplog.records if "Unknown child process" in r.getMessage()]
+
+
+async def test_page_loads_nothing_from_another_host():
+    """Works offline: the page, its stylesheets and the fonts they name all
+    come from this server (textual-serve's page linked fonts.googleapis.com)."""
+    import re
+    from urllib.parse import urljoin, urlsplit
+
+    server = await started(CommandServer(admin_factory(), "127.0.0.1:0"))
+    own = f"127.0.0.1:{server.port}"
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(server.url) as r:
+                page = await r.text()
+            # every absolute URL in the page (attributes, inline CSS, inline scripts) is this server's
+            for url in re.findall(r"""(?:https?|wss?):(//[^\s"'()<>]+)|["'(](//[^\s"'()<>]+)""", page):
+                netloc = urlsplit(url[0] or url[1]).netloc
+                assert netloc == own, (url, page)
+            refs = re.findall(r"""\b(?:src|href)\s*=\s*["']([^"']+)""", page)
+            refs += re.findall(r"""url\(\s*["']?([^"')]+)""", page)
+            assert any(ref.endswith(".ttf") for ref in refs), "the terminal font is served locally"
+            for ref in refs:
+                url = urljoin(server.url, ref)
+                assert urlsplit(url).netloc == own, ref
+                async with s.get(url) as r:
+                    assert r.status == 200, url
+                    body = await r.read()
+                if url.endswith(".css"):
+                    css = re.sub(rb"/\*.*?\*/", b"", body, flags=re.S)  # licence comments name sites
+                    assert b"@import" not in css
+                    for inner in re.findall(rb"""url\(\s*["']?([^"')]+)""", css):
+                        assert urlsplit(urljoin(url, inner.decode())).netloc == own, inner
+                if url.endswith(".js"):
+                    assert not re.search(rb"https?://", body), url
+    finally:
+        await server.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,7 @@ from nsq.tui.serve.addresses import (
     parse_http_address,
 )
 from nsq.tui.serve.auth import COOKIE, Authenticator
+from nsq.tui.serve.page import local_page
 from nsq.tui.serve.sessions import Access, Session, Visitor
 from nsq.tui.serve.spawn import session_service_class
 
@@ -133,7 +135,9 @@ class CommandServer:
             return await handler(request)
 
         app = web.Application(middlewares=[guard])
-        aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(self._ts.templates_path))
+        with open(os.path.join(self._ts.templates_path, "app_index.html"), encoding="utf-8") as fh:
+            page = local_page(fh.read())  # no font (nor anything) from another host
+        aiohttp_jinja2.setup(app, loader=jinja2.DictLoader({"app_index.html": page}))
         app.add_routes([
             web.get("/", self.handle_index, name="index"),
             web.get("/ws", self.handle_websocket, name="websocket"),
