@@ -364,20 +364,28 @@ def test_sync_every_counts_writes(tmp_path):
     dq.close()
 
 
-def test_unsynced_writes_are_dropped_on_restart_like_go(tmp_path):
+def test_unsynced_writes_survive_a_crash(tmp_path, caplog):
+    """A killed nsqd's writes are in the file (the kernel keeps them) but
+    not in the meta file, which is only as new as the last sync: the
+    whole records past its write position are taken back at start (Go's
+    diskqueue drops them: its next write overwrites them)."""
     dq = new(tmp_path)
     dq.put(msg(0))
     dq.sync()
     dq.put(msg(1))  # in the file, not in the meta file
+    dq.put(msg(2))
     os.close(dq._wfd)  # simulate a crash: no close(), no sync()
     dq._wfd = None
+    with open(data_file(tmp_path, 0), "ab") as f:
+        f.write(b"\x00\x00\x00\x40torn")  # a record cut short: not taken
 
     dq = new(tmp_path)
-    assert dq.depth == 1
-    dq.put(msg(2))  # overwrites the stale record at write_pos
-    assert dq.read_many(5) == [msg(0), msg(2)]
+    assert dq.depth == 3
+    assert "2 records after the meta data's write position" in caplog.text
+    dq.put(msg(3))  # after the records taken back, over the torn one
+    assert dq.read_many(5) == [msg(0), msg(1), msg(2), msg(3)]
     dq.close()
-    assert os.path.getsize(data_file(tmp_path, 0)) == 68
+    assert os.path.getsize(data_file(tmp_path, 0)) == 4 * 34
 
 
 def test_empty(tmp_path):

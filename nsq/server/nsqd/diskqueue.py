@@ -54,7 +54,10 @@ bytes past the last record (left by a crash before a sync) are dropped instead
 of being read as garbage later; a reader that has caught up with the writer
 follows it to the next file without the spurious ``.bad`` file of
 https://github.com/nsqio/go-diskqueue/issues/42; a meta file that cannot be parsed is rebuilt by
-scanning the data files instead of being half-applied.
+scanning the data files instead of being half-applied; whole records after
+the meta file's write position (written before a crash, after the last
+sync) are counted at start instead of being overwritten, so a ``kill -9``
+loses nothing that reached the file.
 
 The class is synchronous and not thread-safe: call it from one thread (the
 event loop). The one exception is fsync: with :attr:`DiskQueue.background`
@@ -77,7 +80,7 @@ from collections.abc import Callable
 from itertools import chain
 
 from .backend import BackendFull, BackendQueue
-from .diskqueue_meta import format_meta, listdir, parse_meta, scan_data_files, write_meta
+from .diskqueue_meta import format_meta, listdir, parse_meta, scan_data_files, scan_records, write_meta
 
 __all__ = ["DiskQueue"]
 
@@ -661,7 +664,24 @@ class DiskQueue(BackendQueue):
             self._recover_from_files()
             return
         self.depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos = vals
+        self._take_unsynced_records()
         self._check_tail_corruption()
+
+    def _take_unsynced_records(self) -> None:
+        """Count the whole records a crash left after the meta file's write
+        position: written before the process died (the kernel keeps them),
+        possibly acknowledged, and not yet in the meta file, which is only
+        as new as the last sync. Go's diskqueue drops them (its next write
+        overwrites them). A torn record ends the scan; the next write goes
+        over it."""
+        count, end = scan_records(self._file_name(self.write_file_num), self.write_pos, self.min_msg_size,
+                                  self.max_msg_size)
+        if count:
+            logger.warning("DISKQUEUE(%s) %d records after the meta data's write position (%d,%d), "
+                           "written before a crash: kept", self.name, count, self.write_file_num, self.write_pos)
+            self.depth += count
+            self.write_pos = end
+            self._dirty = True
 
     def _recover_from_files(self) -> None:
         """Rebuild the state from the data files (:func:`scan_data_files`)."""

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from .atomicfile import NO_SPACE, replace_atomically, write_all
 
-__all__ = ["format_meta", "parse_meta", "write_meta", "scan_data_files", "listdir"]
+__all__ = ["format_meta", "parse_meta", "write_meta", "scan_data_files", "scan_records", "listdir"]
 
 log = logging.getLogger("nsq.nsqd")
 
@@ -127,11 +127,19 @@ def scan_data_files(data_path: str, data_re: re.Pattern, file_name: Callable[[in
 
 def _scan_file(path: str, min_size: int, max_size: int) -> tuple[int, int]:
     """Count the valid records at the start of a data file: ``(count, end offset)``."""
+    return scan_records(path, 0, min_size, max_size)
+
+
+def scan_records(path: str, start: int, min_size: int, max_size: int) -> tuple[int, int]:
+    """Count the whole valid records of a data file from offset ``start``
+    on: ``(count, end offset)`` (``(0, start)`` if there are none or the
+    file cannot be read)."""
     try:
         with open(path, "rb") as f:
+            f.seek(start)
             data = f.read()
     except OSError:
-        return 0, 0
+        return 0, start
     pos = count = 0
     while pos + 4 <= len(data):
         (size,) = _SIZE.unpack_from(data, pos)
@@ -139,4 +147,4 @@ def _scan_file(path: str, min_size: int, max_size: int) -> tuple[int, int]:
             break
         pos += 4 + size
         count += 1
-    return count, pos
+    return count, start + pos
