@@ -207,17 +207,28 @@ class NSQDNode(_Node):
     async def astats(self, topic: str = "", timeout: float = 3.0) -> dict:
         return await asyncio.to_thread(self.stats, topic, timeout)
 
-    def depth(self, topic: str) -> int:
-        """Messages of ``topic`` not finished yet on this nsqd: the topic's
-        depth plus each channel's depth, in flight and deferred."""
+    def backlog(self, *topics: str, skip: Iterable[str] = (), in_flight: bool = False) -> int:
+        """Messages of ``topics`` waiting on this nsqd: each topic's depth
+        plus each channel's depth and deferred count (and, with
+        ``in_flight``, its messages in flight); channels named in ``skip``
+        are left out."""
         total = 0
-        for t in self.stats(topic).get("topics", []):
-            if t["topic_name"] != topic:
+        for t in self.stats().get("topics", []):
+            if t["topic_name"] not in topics:
                 continue
             total += t["depth"]
             for c in t["channels"]:
-                total += c["depth"] + c["in_flight_count"] + c["deferred_count"]
+                if c["channel_name"] not in skip:
+                    total += c["depth"] + c["deferred_count"] + (c["in_flight_count"] if in_flight else 0)
         return total
+
+    def channel_depth(self, topic: str, channel: str) -> int:
+        """One channel's depth (0 if it does not exist)."""
+        for t in self.stats(topic).get("topics", []):
+            for c in t["channels"]:
+                if t["topic_name"] == topic and c["channel_name"] == channel:
+                    return c["depth"]
+        return 0
 
     def create(self, topic: str, *channels: str) -> None:
         """The topic and its channels, by HTTP (so they exist before any publish)."""
@@ -348,7 +359,11 @@ class Row:
 
 
 class Stream:
-    """One stream of unique bodies (``b"<name>:<seq>"``).
+    """One stream of unique bodies (``b"<name>:<seq>"``), as one consumer sees it.
+
+    Args:
+        name: the bodies' prefix.
+        label: what the table calls it (default ``name``).
 
     Attributes:
         acked: bodies nsqd answered ``OK`` to (or, for a tool that only
@@ -356,18 +371,19 @@ class Stream:
         deliveries: ``(time, body)`` per message handed to a consumer.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, label: str = "") -> None:
         self.name = name
+        self.label = label or name
         self.acked: set[bytes] = set()
         self.deliveries: list[tuple[float, bytes]] = []
         self._seq = 0
         self._proc: ClientProcess | None = None
         self._pulled = 0
 
-    def view(self, name: str) -> Stream:
+    def view(self, label: str) -> Stream:
         """Another consumer's view of the same bodies (another channel): it
         shares ``acked``, and has its own deliveries."""
-        other = Stream(name)
+        other = Stream(self.name, label)
         other.acked = self.acked
         return other
 
@@ -429,7 +445,7 @@ class Stream:
         return True
 
     def row(self, scenario: str, gap: float | None, recover: float | None, note: str = "") -> Row:
-        return Row(scenario, self.name, len(self.acked), len(self.delivered()), len(self.lost()),
+        return Row(scenario, self.label, len(self.acked), len(self.delivered()), len(self.lost()),
                    self.duplicates(), gap, recover, note)
 
 

@@ -97,14 +97,14 @@ async def test_lookupd_partition(make_cluster, report):
         for s in (lib, tail_stream):
             await s.wait_delivered(15)
         assert tail.proc.poll() is None, tail.stderr()
-        gaps = {s.name: s.longest_gap(t_load + 1, t_end) for s in (lib, tail_stream)}
+        gaps = {s.label: s.longest_gap(t_load + 1, t_end) for s in (lib, tail_stream)}
         for s in (lib, tail_stream):
-            report(s.row("lookupd partitioned 30 s", gaps[s.name], relisted,
+            report(s.row("lookupd partitioned 30 s", gaps[s.label], relisted,
                          f"delisted after {delisted_at:.1f} s" if delisted_at is not None else "never delisted"))
         assert published.acked, f"nothing was acknowledged: {publisher.errors[:3]}"
         for s in (lib, tail_stream):
-            assert not s.lost(), f"{s.name}: {len(s.lost())} acknowledged messages never delivered"
-            assert gaps[s.name] <= MAX_GAP, f"{s.name}: a {gaps[s.name]:.1f} s gap in deliveries"
+            assert not s.lost(), f"{s.label}: {len(s.lost())} acknowledged messages never delivered"
+            assert gaps[s.label] <= MAX_GAP, f"{s.label}: a {gaps[s.label]:.1f} s gap in deliveries"
         assert delisted_at is not None, "the cut-off lookupd still listed the nsqds after 30 s"
         assert relisted <= MAX_RELIST
     finally:

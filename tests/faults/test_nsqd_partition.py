@@ -121,17 +121,17 @@ async def test_nsqd_partition(make_cluster, report):
         await publisher.drain()
         for s in (lib, tail_stream):
             await s.wait_delivered(20)
-        gaps = {s.name: s.longest_gap(t_load + 1, t_end) for s in (lib, tail_stream)}
+        gaps = {s.label: s.longest_gap(t_load + 1, t_end) for s in (lib, tail_stream)}
         note = (f"noticed in {noticed:.1f} s" if noticed is not None else "never noticed") + \
                f", {held} held in flight at the cut, {publisher.failures} failed publish attempts moved on"
-        report(lib.row("nsqd partitioned 40 s", gaps[lib.name], back, note))
-        report(tail_stream.row("nsqd partitioned 40 s", gaps[tail_stream.name], tail_back))
+        report(lib.row("nsqd partitioned 40 s", gaps[lib.label], back, note))
+        report(tail_stream.row("nsqd partitioned 40 s", gaps[tail_stream.label], tail_back))
         assert published.acked, f"nothing was acknowledged: {publisher.errors[:3]}"
         assert noticed is not None and noticed <= MAX_NOTICE, \
             f"the consumer did not notice the dead connection in {MAX_NOTICE} s (noticed: {noticed})"
         for s in (lib, tail_stream):
-            assert not s.lost(), f"{s.name}: {len(s.lost())} acknowledged messages never delivered"
-            assert gaps[s.name] <= MAX_GAP, f"{s.name}: a {gaps[s.name]:.1f} s gap in deliveries"
+            assert not s.lost(), f"{s.label}: {len(s.lost())} acknowledged messages never delivered"
+            assert gaps[s.label] <= MAX_GAP, f"{s.label}: a {gaps[s.label]:.1f} s gap in deliveries"
         assert back is not None and back <= MAX_RECOVER, f"the consumer did not reconnect ({back})"
         assert tail_back is not None and tail_back <= MAX_RECOVER, f"nsq tail did not reconnect ({tail_back})"
         assert tail.proc.poll() is None, tail.stderr()
