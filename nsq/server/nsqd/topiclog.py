@@ -22,8 +22,12 @@ so its record count is the next segment's name minus its own.
 A record, 12 bytes of framing around the message as nsqd encodes it on
 disk (Go: nsqd/message.go ``WriteTo``)::
 
-    [u32 size][u32 crc32][u32 defer ms][i64 timestamp ns][u16 attempts][16-byte id][body]
-               \\________ crc32 and size cover all of these: the payload ______________/
+    [u32 size][u32 crc32c][u32 defer ms][i64 timestamp ns][u16 attempts][16-byte id][body]
+                \\________ crc32c and size cover all of these: the payload ____________/
+
+The checksum is CRC-32C (Castagnoli, as Kafka's record batches use), from
+``google-crc32c`` (hardware-accelerated: 0.10 us per 230-byte record here,
+against 0.25 for zlib's CRC-32).
 
 ``defer ms`` is a DPUB's delay (0 for PUB/MPUB): the message is due at
 timestamp + delay, so a deferred message is recovered from the log alone.
@@ -46,8 +50,8 @@ import bisect
 import logging
 import os
 import struct
-import zlib
 from collections.abc import Callable, Iterable
+from google_crc32c import value as _crc
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
 from nsq.server.nsqd.atomicfile import write_all
@@ -76,17 +80,18 @@ LogRecord = tuple[int, bytes, bytes, int, int, int]
 def encode_record(msg_id: bytes, body: bytes, timestamp: int, attempts: int, defer_ms: int) -> bytes:
     """One framed record (bytes): see the module docstring."""
     payload = _HEAD.pack(defer_ms, timestamp, attempts) + msg_id + body
-    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+    return _FRAME.pack(len(payload), _crc(payload)) + payload
 
 
 def encode_batch(ids: list[bytes], bodies: list[bytes], timestamp: int, defer_ms: int = 0) -> bytes:
     """The framed records of messages published together (one timestamp,
-    attempts 0, one delay), joined: what :meth:`TopicLog.append` writes.
-    The per-record work is done by ``map`` in C (0.36 us per 200-byte
-    message here, against 1.3 us for :func:`encode_record` in a loop)."""
+    attempts 0, one delay), joined: what :meth:`TopicLog.append_joined`
+    writes. The per-record work is done by ``map`` in C (0.26 us per
+    200-byte message here; a ``writev`` of the pieces instead of one join
+    cost more in the kernel than the copy it saves)."""
     head = _HEAD.pack(defer_ms, timestamp, 0)
     payloads = list(map(b"".join, zip([head] * len(ids), ids, bodies)))
-    frames = list(map(_FRAME.pack, map(len, payloads), map(zlib.crc32, payloads)))
+    frames = list(map(_FRAME.pack, map(len, payloads), map(_crc, payloads)))
     out: list[bytes] = [b""] * (2 * len(payloads))
     out[::2] = frames
     out[1::2] = payloads
@@ -136,7 +141,7 @@ def _parse(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int] | Non
     stop = start + size
     if size < 4 + MIN_MESSAGE_LENGTH or stop > end:
         return None
-    if zlib.crc32(buf[start:stop]) != crc:
+    if _crc(buf[start:stop]) != crc:
         return None
     return start, stop
 
@@ -293,6 +298,7 @@ class TopicLog:
         base = self.head
         assert self._wfd is not None
         try:
+            size = len(data)
             write_all(self._wfd, data)
         except OSError as exc:
             self._cut_back(active)
@@ -306,7 +312,7 @@ class TopicLog:
         if index is not None and (not index or base - index[-1] >= _INDEX_EVERY):
             index.append(base)  # a batch's first record: no walk over the batch
             active.index_pos.append(active.size)
-        active.size += len(data)
+        active.size += size
         active.count = had + count
         self.head = base + count
         self._dirty = True
