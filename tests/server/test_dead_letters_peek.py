@@ -243,3 +243,24 @@ async def test_our_client_gives_up_through_the_server(make_nsqd):
     await consumer.close()
     await producer.close()
     assert seen == [1, 2]
+
+
+async def test_channel_config_changes_only_once_persisted(make_nsqd, session, tmp_path, monkeypatch):
+    from nsq.server.nsqd import deadletter
+
+    d = await make_nsqd(data_path=str(tmp_path), max_attempts=3)
+    http = HTTP(session, d.http_port)
+    d.get_topic("t").get_channel("c")
+
+    def disk_full(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(deadletter, "replace_atomically", disk_full)
+    status, _ = await http.post("/channel/config", json.dumps({"max_attempts": 9}), topic="t", channel="c")
+    assert status == 500
+    assert d.get_topic("t").channels["c"].max_attempts == 3
+    assert d.settings.overrides == {}
+    monkeypatch.undo()
+    status, body = await http.post("/channel/config", json.dumps({"max_attempts": 9}), topic="t", channel="c")
+    assert status == 200 and json.loads(body)["max_attempts"] == 9
+    assert d.get_topic("t").channels["c"].max_attempts == 9

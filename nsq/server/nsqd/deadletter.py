@@ -77,11 +77,19 @@ class ChannelSettings:
         """Override settings of ``topic:channel`` and persist them.
 
         Raises:
-            OSError: the file could not be written (the change is kept in
-                memory and written with the next change).
+            OSError: the file could not be written; nothing changed.
         """
-        self.overrides.setdefault(f"{topic}:{channel}", {}).update(settings)
-        self._save()
+        key = f"{topic}:{channel}"
+        before = self.overrides.get(key)
+        self.overrides[key] = {**(before or {}), **settings}
+        try:
+            self._save()
+        except OSError:
+            if before is None:
+                del self.overrides[key]
+            else:
+                self.overrides[key] = before
+            raise
 
     def forget(self, topic: str, channel: str) -> None:
         """Drop the overrides of a deleted channel (persisted, errors logged)."""

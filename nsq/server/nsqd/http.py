@@ -338,12 +338,12 @@ class NSQDHTTPServer:
             value = settings.get("max_attempts", channel.max_attempts)
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 65535:
                 raise HTTPError(400, "INVALID_MAX_ATTEMPTS")
-            channel.max_attempts = value
-            try:
+            try:  # persisted first: a failed write changes nothing
                 self.nsqd.settings.set(channel.topic.name, channel.name, max_attempts=value)
             except OSError as exc:
                 log.error("failed to persist channel settings - %s", exc)
                 raise HTTPError(500, "INTERNAL_ERROR") from None
+            channel.max_attempts = value
         return _json({"max_attempts": channel.max_attempts, "dead_letter_topic": channel.dead_letter_topic or "",
                       "dead_letter_count": channel.dead_letter_count})
 
