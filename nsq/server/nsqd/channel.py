@@ -42,7 +42,7 @@ from nsq.server.nsqd.message import (
 from nsq.server.nsqd.quantile import WindowedQuantile
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.client_v2 import ClientV2
+    from nsq.server.nsqd.host import Subscriber
     from nsq.server.nsqd.topic import Topic
 
 __all__ = ["Channel", "ChannelError"]
@@ -96,8 +96,8 @@ class Channel:
         self.backend = backend
         #: the channel's cursor into its topic's log (``--storage=wal``), else None
         self.wal: ChannelCursor | None = backend if isinstance(backend, ChannelCursor) else None
-        self.clients: dict[int, ClientV2] = {}
-        self._ready: dict[ClientV2, None] = {}
+        self.clients: dict[int, Subscriber] = {}
+        self._ready: dict[Subscriber, None] = {}
         self.in_flight: dict[bytes, Message] = {}
         #: ``(deadline, seq, [message id, ...])``: ids, not messages, so a
         #: finished message is freed at its FIN, not when the heap drops it
@@ -387,7 +387,7 @@ class Channel:
             if ready or not wal.depth:
                 return ready
 
-    def _send(self, client: ClientV2, entries: list[Entry], now: float) -> None:
+    def _send(self, client: Subscriber, entries: list[Entry], now: float) -> None:
         deadline = now + client.msg_timeout
         in_flight = self.in_flight
         if client.sample_rate:
@@ -395,7 +395,7 @@ class Channel:
             entries = [m for m in entries if random.randrange(100) <= rate]
             if not entries:
                 return
-        batch = []
+        batch: list[Message] = []
         append = batch.append
         for msg_id, body, ts, attempts, _, offset in entries:
             msg = [msg_id, body, ts, attempts + 1, client, deadline, now, offset]  # a Message
@@ -435,7 +435,7 @@ class Channel:
         self._pq_refs = len(self.in_flight)
         self._pq_limit = 2 * self._pq_refs + self.PQ_SLACK
 
-    def client_ready(self, client: ClientV2) -> None:
+    def client_ready(self, client: Subscriber) -> None:
         """Called when a client's RDY allows more messages."""
         if client.in_flight_count < client.ready_count and not client.closing and not client.write_paused:
             self._ready[client] = None
@@ -446,7 +446,7 @@ class Channel:
 
     # -- client commands -----------------------------------------------------
 
-    def _pop_in_flight(self, client: ClientV2, msg_id: bytes) -> Message:
+    def _pop_in_flight(self, client: Subscriber, msg_id: bytes) -> Message:
         in_flight = self.in_flight
         msg = in_flight.get(msg_id)
         if msg is None or msg[CLIENT] is not client:
@@ -454,7 +454,7 @@ class Channel:
         del in_flight[msg_id]
         return msg
 
-    def finish(self, client: ClientV2, msg_id: bytes) -> None:
+    def finish(self, client: Subscriber, msg_id: bytes) -> None:
         """FIN: the message is done; with e2e percentiles configured, its
         latency (now - publish timestamp, ns) is recorded (Go
         ``FinishMessage``). Raises :class:`ChannelError`."""
@@ -464,7 +464,7 @@ class Channel:
         if self.e2e is not None:
             self.e2e.insert(msg[TIMESTAMP])
 
-    def finish_many(self, client: ClientV2, msg_ids: list[bytes]) -> list[tuple[bytes, str]]:
+    def finish_many(self, client: Subscriber, msg_ids: list[bytes]) -> list[tuple[bytes, str]]:
         """:meth:`finish` of each id in order (a consumer's FINs read
         together). Returns ``(id, reason)`` for each one that failed,
         in order; the others are done."""
@@ -491,7 +491,7 @@ class Channel:
                 insert(msg[TIMESTAMP])
         return failed
 
-    def requeue(self, client: ClientV2, msg_id: bytes, timeout_ms: int) -> None:
+    def requeue(self, client: Subscriber, msg_id: bytes, timeout_ms: int) -> None:
         """REQ: back to the queue now (0) or after ``timeout_ms``."""
         msg = self._pop_in_flight(client, msg_id)
         self.requeue_count += 1
@@ -502,7 +502,7 @@ class Channel:
         else:
             self._requeue(msg)
 
-    def touch(self, client: ClientV2, msg_id: bytes, msg_timeout: float) -> None:
+    def touch(self, client: Subscriber, msg_id: bytes, msg_timeout: float) -> None:
         """TOUCH: reset the message's timeout, capped at ``--max-msg-timeout``."""
         msg = self.in_flight.get(msg_id)
         if msg is None or msg[CLIENT] is not client:
@@ -602,7 +602,7 @@ class Channel:
 
     # -- clients -------------------------------------------------------------
 
-    def add_client(self, client: ClientV2) -> bool:
+    def add_client(self, client: Subscriber) -> bool:
         """Subscribe a client; False if ``--max-channel-consumers`` is reached."""
         limit = self.nsqd.options.max_channel_consumers
         if limit and client.id not in self.clients and len(self.clients) >= limit:
@@ -610,7 +610,7 @@ class Channel:
         self.clients[client.id] = client
         return True
 
-    def remove_client(self, client: ClientV2) -> None:
+    def remove_client(self, client: Subscriber) -> None:
         """Unsubscribe; an ephemeral channel goes with its last client."""
         self.clients.pop(client.id, None)
         self._ready.pop(client, None)

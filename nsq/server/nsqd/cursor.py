@@ -178,7 +178,8 @@ class ChannelCursor(BackendQueue):
         #: REQ-delayed messages restored from the deferred log: id -> due (unix ns)
         self.restored_due: dict[bytes, int] = {}
         self.persisted_low = start
-        self._saved: tuple[int, int] | None = None  # (low, ranges) of the last checkpoint written
+        #: (low, ranges, last range start) of the last checkpoint written
+        self._saved: tuple[int, int, int] | None = None
         if path is not None:
             self._load()
         self.attach_deferred(dlog)
@@ -214,7 +215,8 @@ class ChannelCursor(BackendQueue):
         self.next = self.finished.low
         self.attempts = attempts
         self.persisted_low = low
-        self._saved = (low, len(ranges))
+        fin = self.finished
+        self._saved = (fin.low, len(fin.starts), fin.starts[-1] if fin.starts else 0)
 
     def checkpoint(self, attempts: dict[int, int] | None = None) -> tuple[str, bytes] | None:
         """``(path, content)`` of a checkpoint to write (:meth:`fold` first),

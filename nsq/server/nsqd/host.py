@@ -1,4 +1,5 @@
-"""What a topic and its channels may ask of the daemon that holds them.
+"""What a topic and its channels may ask of the daemon that holds them,
+and what a channel needs of a subscribed consumer connection.
 
 :class:`~nsq.server.nsqd.topic.Topic` and
 :class:`~nsq.server.nsqd.channel.Channel` see the daemon only through
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from nsq.server.nsqd.options import NSQDOptions
     from nsq.server.nsqd.topic import Topic
 
-__all__ = ["QueueHost"]
+__all__ = ["QueueHost", "Subscriber"]
 
 
 class QueueHost(Protocol):
@@ -77,3 +78,38 @@ class QueueHost(Protocol):
 
     def call_later(self, delay: float, callback: Callable[[], Any]) -> None:
         """Run ``callback`` after ``delay`` s."""
+
+
+class Subscriber(Protocol):
+    """A consumer connection as a channel sees it (Go: the ``Consumer``
+    interface in nsqd/channel.go); :class:`~nsq.server.nsqd.client_v2.ClientV2`
+    implements it.
+
+    Attributes:
+        id: the connection's client id (unique in the daemon).
+        ready_count: its RDY.
+        in_flight_count: messages sent to it and not yet answered.
+        closing: True once it is being closed (no more deliveries).
+        write_paused: True while its transport's buffer is above the
+            high-water mark (no deliveries until it drains).
+        msg_timeout: its negotiated message timeout (s).
+        sample_rate: its negotiated ``sample_rate`` (0: every message,
+            else the percentage delivered).
+    """
+
+    id: int
+    ready_count: int
+    in_flight_count: int
+    closing: bool
+    write_paused: bool
+    msg_timeout: float
+    sample_rate: int
+
+    def send_messages(self, msgs: list[Any]) -> None:
+        """Write message frames for ``msgs`` (in-flight :data:`Message` lists)."""
+
+    def timed_out_message(self) -> None:
+        """One of its in-flight messages timed out (its in-flight count drops)."""
+
+    def close(self) -> None:
+        """Close the connection (the channel was deleted or emptied of clients)."""
