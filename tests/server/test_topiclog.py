@@ -437,3 +437,15 @@ def test_nsq_tail_started_after_nsq_pub_gets_every_message(tmp_path):
         assert sorted(out.split(), key=int) == lines.split()
     finally:
         d.stop()
+
+
+async def test_a_topic_log_missing_from_nsqd_dat_is_restored(wal_nsqd, tmp_path):
+    nsqd = await wal_nsqd()
+    topic = nsqd.get_topic("lost")
+    topic.get_channel("c")
+    topic.publish([b"m%d" % i for i in range(20)])
+    nsqd.checkpoint_logs()
+    await nsqd.stop()
+    (tmp_path / "nsqd.dat").write_text('{"topics":[],"version":"1.2.1"}')  # as if it was never rewritten
+    again = await wal_nsqd()
+    assert "lost" in again.topics and again.topics["lost"].channels["c"].depth == 20

@@ -128,4 +128,26 @@ def orphan_queues(data_path: str, known: set[str]) -> list[str]:
         topic, _, channel = name.partition(":")
         if is_valid_topic_name(topic) and (not channel or is_valid_channel_name(channel)):
             found.add(name)
+    found.update(_orphan_logs(data_path, names, known))
     return sorted(found, key=lambda n: (":" in n, n))
+
+
+def _orphan_logs(data_path: str, names: list[str], known: set[str]) -> set[str]:
+    """Topic logs (``<topic>.wal/``, ``--storage=wal``) with messages, and
+    their channels' checkpoints, missing from ``known``."""
+    found: set[str] = set()
+    for fn in names:
+        if not fn.endswith(".wal") or not is_valid_topic_name(fn[:-4]):
+            continue
+        topic = fn[:-4]
+        try:
+            files = os.listdir(os.path.join(data_path, fn))
+        except OSError:
+            continue
+        if topic not in known and any(f.endswith(".log") and os.path.getsize(os.path.join(data_path, fn, f))
+                                      for f in files):
+            found.add(topic)
+        for f in files:
+            if f.endswith(".cursor") and is_valid_channel_name(f[:-7]) and f"{topic}:{f[:-7]}" not in known:
+                found.update((topic, f"{topic}:{f[:-7]}"))
+    return found
