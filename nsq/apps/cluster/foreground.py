@@ -103,6 +103,7 @@ async def run(spec: ClusterSpec, out: Callable[[str], None] | None = None, logs:
             pass
     code = 0
     died: list[Daemon] = []
+    statuses: dict[str, int] | None = None
     try:
         starting = asyncio.ensure_future(cluster.start())
         stopping = asyncio.ensure_future(stop.wait())
@@ -139,6 +140,8 @@ async def run(spec: ClusterSpec, out: Callable[[str], None] | None = None, logs:
                 f"nsqd{'s' if len(cluster.nsqds) > 1 else ''}{' and the lookupd' if cluster.lookupd else ''}")
         statuses = await cluster.stop()
     finally:
+        if statuses is None:  # an error of ours, or the run was cancelled: the daemons go too
+            await asyncio.shield(cluster.stop(5.0))
         for sig in installed:
             loop.remove_signal_handler(sig)
     gone = {d.name for d in died}
@@ -152,7 +155,10 @@ async def run(spec: ClusterSpec, out: Callable[[str], None] | None = None, logs:
 
 
 def _print(line: str) -> None:
-    print(line, flush=True)
+    try:
+        print(line, flush=True)
+    except (OSError, ValueError):
+        pass  # stdout is gone (a closed pipe): the cluster runs on, its logs still go to stderr
 
 
 def _header(cluster: ProcessCluster) -> str:

@@ -100,7 +100,12 @@ class ProcessCluster:
 
     def plan(self) -> None:
         """Fill :attr:`lookupd` and :attr:`nsqds` (names, argv, addresses)
-        without starting anything; creates the data directories."""
+        without starting anything; creates the data directories.
+
+        Raises:
+            ClusterError: no free port on ``bind``, a data directory that
+                cannot be made, ports that do not fit below 65536.
+        """
         spec, bind = self.spec, self.spec.bind
         host = connect_host(bind)
         command = [*spec.command]
@@ -130,16 +135,21 @@ class ProcessCluster:
                 pair = (free_port(host), free_port(host))
                 if not set(pair) & set(skip) and pair[0] != pair[1] and pair not in pairs:
                     pairs.append(pair)
-        if self.temporary and not self.data_path:
-            self.data_path = tempfile.mkdtemp(prefix="nsq-cluster-")
-        os.makedirs(self.data_path, exist_ok=True)
+        try:
+            if self.temporary and not self.data_path:
+                self.data_path = tempfile.mkdtemp(prefix="nsq-cluster-")
+            os.makedirs(self.data_path, exist_ok=True)
+            for i in range(1, len(pairs) + 1):
+                os.makedirs(os.path.join(self.data_path, f"nsqd-{i}"), exist_ok=True)
+        except OSError as exc:
+            raise ClusterError(f"cannot make the data path {exc.filename or self.data_path}: "
+                               f"{exc.strerror or exc}") from None
         node0 = default_node_id()
         lookupds = [f"--lookupd-tcp-address={a}" for a in self.lookupd_tcp_addresses]
         mem = [f"--mem-queue-size={spec.mem_queue_size}"] if spec.mem_queue_size is not None else []
         self.nsqds = []
         for i, (tcp, http) in enumerate(pairs, 1):
             data = os.path.join(self.data_path, f"nsqd-{i}")
-            os.makedirs(data, exist_ok=True)
             argv = [*command, "nsqd", f"--tcp-address={fmt_addr(bind, tcp)}",
                     f"--http-address={fmt_addr(bind, http)}", "--https-address=", f"--data-path={data}",
                     f"--node-id={(node0 + i - 1) % 1024}", *common, *lookupds, *mem, *spec.nsqd_flags]
@@ -168,7 +178,9 @@ class ProcessCluster:
 
         Raises:
             ClusterError: a daemon exited or did not answer within
-                ``timeout`` seconds (what was started is stopped again).
+                ``timeout`` seconds, a data directory could not be made,
+                a free port could not be had on ``bind`` (what was started
+                is stopped again).
         """
         try:
             self.plan()
@@ -178,6 +190,9 @@ class ProcessCluster:
             for d in self.nsqds:
                 await self._spawn(d)
             await self._wait_ping(self.nsqds, timeout)
+        except OSError as exc:  # a free port on --bind, whatever else the host refuses
+            await self.stop(5.0)
+            raise ClusterError(str(exc)) from None
         except BaseException:
             await self.stop(5.0)
             raise

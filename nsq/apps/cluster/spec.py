@@ -128,10 +128,17 @@ def connect_host(bind: str) -> str:
 
 
 def free_port(host: str) -> int:
-    """A TCP port nobody listens on now on ``host`` (bind port 0, close)."""
+    """A TCP port nobody listens on now on ``host`` (bind port 0, close).
+
+    Raises:
+        ClusterError: ``host`` is not an address of this host.
+    """
     import socket
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family) as s:
-        s.bind((host, 0))
+        try:
+            s.bind((host, 0))
+        except OSError as exc:
+            raise ClusterError(f"cannot listen on {host}: {exc.strerror or exc}") from None
         return s.getsockname()[1]
