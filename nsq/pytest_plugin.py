@@ -16,31 +16,26 @@ mode; when it is not installed they are plain ``async`` fixtures, for
 another async plugin to run); the daemons run in the test's event loop,
 so a test can also look inside them (``nsqd.topics["t"].channels``):
 
-==========================  ====================================================
-``nsqd``                    an :class:`~nsq.server.nsqd.NSQD`
-``lookupd``                 an :class:`~nsq.server.lookupd.NSQLookupd`
-``nsq_cluster``             a :class:`~nsq.testing.LocalCluster`: a lookupd
-                            and two nsqds registered with it
-``make_nsqd``               ``await make_nsqd(**options)`` -> NSQD
-``make_lookupd``            ``await make_lookupd(**options)`` -> NSQLookupd
-``make_nsq_cluster``        ``await make_nsq_cluster(nsqds=2, lookupd=True,
-                            data_path="", **nsqd_options)`` -> LocalCluster
-==========================  ====================================================
+| fixture | gives |
+| --- | --- |
+| ``nsqd`` | an :class:`~nsq.server.nsqd.NSQD` |
+| ``lookupd`` | an :class:`~nsq.server.lookupd.NSQLookupd` |
+| ``nsq_cluster`` | a :class:`~nsq.testing.LocalCluster`: a lookupd and two nsqds registered with it |
+| ``make_nsqd`` | ``await make_nsqd(**options)`` -> NSQD |
+| ``make_lookupd`` | ``await make_lookupd(**options)`` -> NSQLookupd |
+| ``make_nsq_cluster`` | ``await make_nsq_cluster(nsqds=2, **kwargs)`` -> LocalCluster (its arguments) |
 
 Sync fixtures (any test, no async plugin needed): the daemons run in a
 background thread with their own event loop
 (:class:`~nsq.testing.ThreadedCluster`), for code under test that is
-synchronous or brings its own loop (pynsq's tornado, a worker process):
+synchronous or brings its own loop (a pynsq ``Reader`` on tornado's loop,
+a blocking worker):
 
-==============================  ================================================
-``threaded_nsqd``               one nsqd, no lookupd: ``.nsqd_tcp_address``,
-                                ``.nsqd_http_address``
-``threaded_nsq_cluster``        a lookupd and two nsqds:
-                                ``.lookupd_http_addresses``,
-                                ``.nsqd_tcp_addresses``
-``make_threaded_nsq_cluster``   ``make_threaded_nsq_cluster(nsqds=1,
-                                lookupd=True, **nsqd_options)``
-==============================  ================================================
+| fixture | gives (a :class:`~nsq.testing.ThreadedCluster`) |
+| --- | --- |
+| ``threaded_nsqd`` | one nsqd, no lookupd: ``.nsqd_tcp_address``, ``.nsqd_http_address`` |
+| ``threaded_nsq_cluster`` | a lookupd and two nsqds: ``.lookupd_http_addresses``, ``.nsqd_tcp_addresses`` |
+| ``make_threaded_nsq_cluster`` | ``make_threaded_nsq_cluster(nsqds=1, lookupd=True, **nsqd_options)`` |
 
 Every address is a ``host:port`` string, ready for ``nsqd_tcp_addresses=``
 / ``lookupd_http_addresses=`` of a consumer (this package's

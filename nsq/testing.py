@@ -134,7 +134,7 @@ class LocalCluster:
 
     Attributes:
         lookupd: the :class:`~nsq.server.lookupd.NSQLookupd` (None without one).
-        nsqds: the :class:`~nsq.server.nsqd.NSQD` s, in start order.
+        nsqds: the nsqds (:class:`~nsq.server.nsqd.NSQD`), in start order.
     """
 
     def __init__(self, nsqds: int = 2, *, lookupd: bool = True, data_path: str = "",
