@@ -212,3 +212,29 @@ async def test_diskqueue_mode_answers_a_clear_400(make_nsqd, session, tmp_path):
         assert status == 400 and b"--storage=wal" in body, (path, body)
     assert "head_offset" not in (await http.topic_stats("t"))
     assert b"nsq_topic_head_offset" not in (await http.get("/metrics"))[1]
+
+
+async def test_a_rewind_does_not_send_a_message_still_in_flight_twice(wal, session):
+    from nsq.protocol import commands as c
+
+    from .helpers import Conn
+
+    nsqd = await wal()
+    http = HTTP(session, nsqd.http_port)
+    topic = nsqd.get_topic("t")
+    topic.get_channel("c")
+    topic.publish([b"a", b"b", b"c"])
+    conn = await Conn.open(nsqd.tcp_port)
+    await conn.subscribe("t", "c", rdy=1)
+    held = await conn.read_message()  # "a" stays in flight
+    assert (await http.post("/channel/rewind", topic="t", channel="c", offset="0"))[0] == 200
+    await conn.send(c.rdy(10))
+    others = [await conn.read_message() for _ in range(2)]
+    assert sorted(m.body for m in others) == [b"b", b"c"]
+    await conn.expect_nothing(0.3)
+    await conn.send(c.fin(held.id))
+    for m in others:
+        await conn.send(c.fin(m.id))
+    await conn.expect_nothing(0.3)
+    assert topic.channels["c"].depth == 0 and not topic.channels["c"].in_flight
+    await conn.aclose()

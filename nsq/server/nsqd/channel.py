@@ -375,6 +375,10 @@ class Channel:
             return decode_entries(self.backend.read_many(n), f"CHANNEL({self.topic.name}:{self.name})")
         while True:
             entries = wal.read_entries(n, time.time_ns())
+            if self.in_flight or self.deferred:
+                # after a rewind: one still in flight or deferred is not sent twice at once
+                held = self.in_flight.keys() | self.deferred.keys()
+                entries = [e for e in entries if e[0] not in held]
             if not any(map(_DEFER_MS, entries)):
                 return entries
             now = time.monotonic()
