@@ -377,8 +377,8 @@ class Channel:
             entries = wal.read_entries(n, time.time_ns())
             if self.in_flight or self.deferred:
                 # after a rewind: one still in flight or deferred is not sent twice at once
-                held = self.in_flight.keys() | self.deferred.keys()
-                entries = [e for e in entries if e[0] not in held]
+                in_flight, deferred = self.in_flight, self.deferred
+                entries = [e for e in entries if e[0] not in in_flight and e[0] not in deferred]
             if not any(map(_DEFER_MS, entries)):
                 return entries
             now = time.monotonic()
