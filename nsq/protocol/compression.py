@@ -52,7 +52,7 @@ class Codec:
 
     name = ""
 
-    def encode(self, data: bytes) -> bytes:  # pragma: no cover - interface
+    def encode(self, data: bytes | bytearray) -> bytes:  # pragma: no cover - interface
         """Bytes written by this side -> wire bytes (decodable at once)."""
         raise NotImplementedError
 
@@ -107,7 +107,7 @@ class DeflateCodec(Codec):
         # output for input it has already consumed
         self._more = False
 
-    def encode(self, data: bytes) -> bytes:
+    def encode(self, data: bytes | bytearray) -> bytes:
         c = self._compress
         return c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
 
@@ -209,7 +209,7 @@ class SnappyCodec(Codec):
         self._out = b""  # decoded stream bytes not returned yet
         self._identified = False
 
-    def encode(self, data: bytes) -> bytes:
+    def encode(self, data: bytes | bytearray) -> bytes:
         """Frame ``data`` in chunks of at most ``max_chunk`` uncompressed
         bytes, as Go nsqd's buffered snappy writer does (one chunk per
         ``output_buffer_size`` flush; pynsq reads chunk by chunk)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ssl
 import warnings
 
-__all__ = ["TLSConfigError", "build_server_context", "tls_version_name", "MIN_VERSIONS"]
+__all__ = ["TLSConfigError", "build_server_context", "tls_version_name", "peer_common_name", "MIN_VERSIONS"]
 
 #: --tls-min-version values (Go's names) -> ssl.TLSVersion
 MIN_VERSIONS = {
@@ -42,6 +42,26 @@ def tls_version_name(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str:
         return ""
     version = ssl_object.version() or ""
     return _VERSION_NAMES.get(version, version)
+
+
+def peer_common_name(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str:
+    """The client certificate's subject CN (the last ``commonName`` of its
+    subject, as Go's ``Subject.CommonName``); "" without TLS, without a
+    certificate, or before the handshake is done."""
+    if ssl_object is None:
+        return ""
+    try:
+        cert = ssl_object.getpeercert()
+    except ValueError:  # handshake not done
+        return ""
+    subject = cert.get("subject", ()) if cert else ()
+    name = ""
+    # subject: relative distinguished names, each a tuple of (key, value) pairs
+    for rdn in subject if isinstance(subject, tuple) else ():
+        for pair in rdn:
+            if isinstance(pair, tuple) and pair[0] == "commonName":
+                name = pair[1]
+    return name
 
 
 def build_server_context(cert: str, key: str, client_auth_policy: str = "", root_ca_file: str = "",

@@ -62,7 +62,7 @@ async def test_compression_roundtrip(make_nsqd, features):
     nsqd.add_client = spy
     await roundtrip(nsqd, features)
     kind = "snappy" if "snappy" in features else "deflate"
-    assert seen and all(getattr(c, kind) for c in seen)
+    assert seen and all(getattr(c.features, kind) for c in seen)
 
 
 async def test_identify_answers_and_both_compressions_refused(make_nsqd):
@@ -126,7 +126,7 @@ async def test_client_certificate_policy(make_nsqd, pki):
     good = client_context(root_ca_file=pki.ca, cert=pki.client_cert, key=pki.client_key)
     async with Producer(nsqd.tcp_address, {"tls_v1": True}, tls_context=good) as p:
         await p.publish("t", b"x")
-        assert next(iter(nsqd.clients.values())).tls_common_name == "client"
+        assert next(iter(nsqd.clients.values())).features.tls_common_name == "client"
     for ctx in (client_context(root_ca_file=pki.ca),  # no certificate
                 client_context(root_ca_file=pki.ca, cert=pki.other_cert, key=pki.other_key)):  # unknown CA
         # TLS 1.3: the client may finish its handshake before the server

@@ -5,17 +5,21 @@ from __future__ import annotations
 import pytest
 
 from nsq.protocol.errors import ClientError
-from nsq.server.nsqd.identify import Current, negotiate
+from nsq.server.nsqd.identify import Negotiated, initial, negotiate
 from nsq.server.nsqd.options import NSQDOptions
 
-NOW = Current(heartbeat_interval=30.0, output_buffer_timeout=0.25, output_buffer_size=16384, msg_timeout=60.0,
-              tls=False, compressed=False)
+NOW = Negotiated(client_id="10.0.0.1", hostname="10.0.0.1", user_agent="", heartbeat_interval=30.0,
+                 output_buffer_timeout=0.25, output_buffer_size=16384, sample_rate=0, msg_timeout=60.0)
+
+
+def test_initial_settings_are_go_defaults():
+    assert initial(NSQDOptions(), "10.0.0.1") == NOW
 
 
 def test_plain_identify_keeps_defaults_and_answers_ok():
     got = negotiate({"client_id": "c", "hostname": "h"}, NSQDOptions(), NOW, tls_available=False)
     assert got.response is None
-    assert (got.client_id, got.hostname, got.heartbeat_interval, got.msg_timeout) == ("c", "h", 30.0, 60.0)
+    assert got.settings == Negotiated("c", "h", "", 30.0, 0.25, 16384, 0, 60.0)
 
 
 def test_feature_negotiation_answer_and_upgrades():
@@ -23,8 +27,10 @@ def test_feature_negotiation_answer_and_upgrades():
     got = negotiate({"feature_negotiation": True, "deflate": True, "deflate_level": 9, "heartbeat_interval": -1,
                      "output_buffer_size": -1, "msg_timeout": 5000, "tls_v1": True}, opts, NOW, tls_available=False)
     assert got.deflate and not got.snappy and not got.tls and got.deflate_level == 4
-    assert got.heartbeat_interval == 0.0 and got.output_buffer_size == 1 and got.output_buffer_timeout == 0.0
-    assert got.response["msg_timeout"] == 5000 and got.response["deflate_level"] == 4
+    settings = got.settings
+    assert settings.heartbeat_interval == 0.0 and settings.output_buffer_size == 1
+    assert settings.output_buffer_timeout == 0.0 and settings.msg_timeout == 5.0
+    assert got.response is not None and got.response["msg_timeout"] == 5000 and got.response["deflate_level"] == 4
     assert got.response["tls_v1"] is False and got.response["output_buffer_timeout"] == 0
 
 
@@ -45,6 +51,6 @@ def test_go_errors(data, text):
 
 
 def test_second_identify_on_a_compressed_connection_changes_no_codec():
-    now = Current(30.0, 0.25, 16384, 60.0, tls=True, compressed=True)
-    got = negotiate({"feature_negotiation": True, "snappy": True, "tls_v1": True}, NSQDOptions(), now, True)
+    got = negotiate({"feature_negotiation": True, "snappy": True, "tls_v1": True}, NSQDOptions(), NOW,
+                    tls_available=True, tls=True, compressed=True)
     assert not (got.snappy or got.deflate or got.tls)

@@ -10,6 +10,7 @@ import pytest
 import time
 from typing import NamedTuple
 
+from nsq.server.nsqd.identify import Negotiated
 from nsq.server.nsqd.message import ATTEMPTS, BODY, ID
 from nsq.server.nsqd.topic import Topic
 
@@ -32,8 +33,9 @@ class Consumer:
     def __init__(self, rdy: int, msg_timeout: float = 60.0) -> None:
         self.ready_count = rdy
         self.in_flight_count = 0
-        self.msg_timeout = msg_timeout
-        self.sample_rate = 0
+        self.negotiated = Negotiated(client_id="", hostname="", user_agent="", heartbeat_interval=30.0,
+                                     output_buffer_timeout=0.25, output_buffer_size=16384, sample_rate=0,
+                                     msg_timeout=msg_timeout)
         self.closing = False
         self.write_paused = False
         self.received = []

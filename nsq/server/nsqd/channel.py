@@ -392,10 +392,11 @@ class Channel:
                 return ready
 
     def _send(self, client: Subscriber, entries: list[Entry], now: float) -> None:
-        deadline = now + client.msg_timeout
+        settings = client.negotiated
+        deadline = now + settings.msg_timeout
         in_flight = self.in_flight
-        if client.sample_rate:
-            rate = client.sample_rate
+        if settings.sample_rate:
+            rate = settings.sample_rate
             entries = [m for m in entries if random.randrange(100) <= rate]
             if not entries:
                 return
@@ -506,12 +507,13 @@ class Channel:
         else:
             self._requeue(msg)
 
-    def touch(self, client: Subscriber, msg_id: bytes, msg_timeout: float) -> None:
-        """TOUCH: reset the message's timeout, capped at ``--max-msg-timeout``."""
+    def touch(self, client: Subscriber, msg_id: bytes) -> None:
+        """TOUCH: reset the message's timeout to the client's negotiated
+        ``msg_timeout`` from now, capped at ``--max-msg-timeout`` after delivery."""
         msg = self.in_flight.get(msg_id)
         if msg is None or msg[CLIENT] is not client:
             raise ChannelError(_NOT_IN_FLIGHT if msg is None else _NOT_OWNED)
-        deadline = time.monotonic() + msg_timeout
+        deadline = time.monotonic() + client.negotiated.msg_timeout
         cap = msg[DELIVERED] + self.nsqd.options.max_msg_timeout
         if deadline > cap:
             deadline = cap  # as Go: never past delivery + --max-msg-timeout

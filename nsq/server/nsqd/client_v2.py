@@ -4,16 +4,19 @@ Bytes in -> :class:`~nsq.protocol.v2.V2ServerParser` -> commands executed
 against topics/channels -> frames appended to an output buffer that the
 daemon flushes once per event-loop turn (coalesced writes, as Go's bufio
 writer). Go: nsqd/protocol_v2.go ``IOLoop``/``Exec`` and nsqd/client_v2.go.
-IDENTIFY, the TLS/compression upgrades and AUTH are in
-:mod:`nsq.server.nsqd.features`.
+IDENTIFY's settings are :func:`nsq.server.nsqd.identify.negotiate`'s (kept
+as :attr:`ClientV2.negotiated`); the TLS/compression upgrades and AUTH are
+:class:`nsq.server.nsqd.features.Features` (``ClientV2.features``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from nsq._internal.addresses import fmt_addr
 from nsq.protocol import v2
@@ -32,7 +35,8 @@ from nsq.protocol.errors import (
 from nsq.protocol.message import MSG_FRAME_HDR as _MSG_FRAME_HDR
 from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, HEARTBEAT, OK, encode_frame
 from nsq.server.nsqd.channel import ChannelError
-from nsq.server.nsqd.features import NegotiatedFeatures, Suspend
+from nsq.server.nsqd.features import Features, Suspend
+from nsq.server.nsqd.identify import Negotiated, initial, negotiate
 from nsq.server.nsqd.topic import TopicFull
 
 if TYPE_CHECKING:
@@ -55,17 +59,20 @@ _COMMAND_NAMES = {
 }
 
 
-class ClientV2(NegotiatedFeatures, asyncio.Protocol):
+class ClientV2(asyncio.Protocol):
     """A client connection speaking protocol V2.
 
     Attributes:
         id: daemon-wide client number.
-        client_id, hostname, user_agent: from IDENTIFY (default: remote IP).
+        negotiated: the settings its last IDENTIFY left (client_id,
+            hostname, user_agent, heartbeat_interval, output buffer,
+            sample_rate, msg_timeout; before IDENTIFY, Go's defaults and
+            the remote IP).
+        features: the TLS / compression upgrades done and the AUTH state.
+        codec: the compression codec once upgraded, else None.
         ready_count: the client's RDY.
         in_flight_count: messages sent and not finished/requeued/timed out.
         message_count, finish_count, requeue_count: counters for /stats.
-        msg_timeout: seconds before an in-flight message times out.
-        heartbeat_interval: seconds, 0 = disabled.
         channel: the subscribed channel, or None.
         pub_counts: messages published per topic (producer stats).
     """
@@ -81,39 +88,24 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         self.closing = False
         self.closed = False
         self.remote_address = ""
-        self.client_id = ""
-        self.hostname = ""
-        self.user_agent = ""
+        self.negotiated: Negotiated = initial(opts)
         self.connect_ts = int(time.time())
         self.ready_count = 0
         self.in_flight_count = 0
         self.message_count = 0
         self.finish_count = 0
         self.requeue_count = 0
-        self.sample_rate = 0
-        self.msg_timeout = opts.msg_timeout
-        self.heartbeat_interval = opts.client_timeout / 2
-        self.output_buffer_size = 16 * 1024
-        self.output_buffer_timeout = opts.output_buffer_timeout
         self.channel: Channel | None = None
         self.pub_counts: dict[str, int] = {}
-        #: negotiated upgrades (IDENTIFY tls_v1 / snappy / deflate)
-        self.tls = False
-        self.snappy = False
-        self.deflate = False
-        self.ssl_object: Any = None
-        self.tls_common_name = ""
-        self._codec: Codec | None = None
-        #: AUTH: the secret and the auth server's cached answer
-        self.auth_secret = ""
-        self.auth_state: Any = None
-        self._auth_refresh_failed = False
+        #: upgrades (IDENTIFY tls_v1 / snappy / deflate) and AUTH
+        self.features = Features()
+        self.codec: Codec | None = None
         #: commands other than IDENTIFY need TLS first (--tls-required true/tcp-https)
         self._tls_policy = nsqd.tls_required != "false"
         self._auth_enabled = bool(opts.auth_http_addresses)
         #: nsqd's owed fsyncs (--sync-every=1), tested after each command
         self._owed = nsqd.disk.owed
-        self._retry: tuple | None = None
+        self._retry: tuple[Any, ...] | None = None
         self._lost = False
         self.last_recv = 0.0
         self._freed = False
@@ -122,10 +114,10 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         self.write_paused = False
         #: the codec holds input not inflated yet (answers waiting to be written)
         self._more_input = False
-        self._waiting: asyncio.Future | None = None
+        self._waiting: asyncio.Future[Any] | None = None
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
-        self._handlers = {
+        self._handlers: dict[int, Callable[[Any], None]] = {
             v2.CMD_IDENTIFY: self._identify,
             v2.CMD_AUTH: self._auth,
             v2.CMD_SUB: self._sub,
@@ -152,12 +144,12 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream server's: it writes
         peer = transport.get_extra_info("peername")
         if peer:
             host = peer[0]
             self.remote_address = fmt_addr(host, peer[1])
-            self.client_id = self.hostname = host
+            self.negotiated = initial(self.nsqd.options, host)
         self.last_recv = self._loop.time()
         self.nsqd.add_client(self)
         log.info("TCP: new client(%s)", self.remote_address)
@@ -166,7 +158,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_recv = self._loop.time()
         try:
-            if self._codec is None:
+            if self.codec is None:
                 self.parser.feed(data)
                 if self._waiting is None:
                     self._process(len(data) <= self.SMALL_READ)
@@ -190,13 +182,14 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         :meth:`flush` or :meth:`resume_writing`: a small compressed input
         that inflates to gigabytes, or to millions of answered commands,
         costs one step's worth of memory, not its inflated size."""
-        codec = self._codec
+        codec = self.codec
+        assert codec is not None  # called only once a codec is set
         parser = self.parser
         self._more_input = False
         while not self.closed:
             room = min(parser.max_command_size - parser.buffered, self.DECODE_STEP)
             try:
-                out = codec.decode(data, room)  # type: ignore[union-attr]
+                out = codec.decode(data, room)
             except CompressionError as exc:
                 log.error("[%s] - %s, closing", self.remote_address, exc)
                 self.close()
@@ -206,7 +199,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
                 parser.feed(out)
             if self._waiting is None:
                 self._process()
-            if not codec.pending or self._waiting is not None or self.closed:  # type: ignore[union-attr]
+            if not codec.pending or self._waiting is not None or self.closed:
                 return
             if parser.buffered >= parser.max_command_size:
                 log.error("[%s] - command larger than %d bytes, closing", self.remote_address,
@@ -249,7 +242,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
                     if cmd is None:
                         break
                 kind = cmd[0]  # the CMD_* constant; the rest as protocol/v2.py lists
-                if self._tls_policy and not self.tls and kind != v2.CMD_IDENTIFY:
+                if self._tls_policy and not self.features.tls and kind != v2.CMD_IDENTIFY:
                     raise ClientError(E_INVALID, f"cannot {_COMMAND_NAMES[kind]} in current state (TLS required)")
                 handlers[kind](cmd)
             except Suspend as wait:
@@ -311,7 +304,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
                 and not self._more_input and not self.closed):
             self.transport.resume_reading()
 
-    def _wait_for(self, barrier: asyncio.Future) -> None:
+    def _wait_for(self, barrier: asyncio.Future[Any]) -> None:
         self._waiting = barrier
         if self.transport is not None:
             self.transport.pause_reading()
@@ -323,7 +316,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         if self.transport is not None:
             self.transport.pause_reading()
 
-        def done(fut: asyncio.Future) -> None:
+        def done(fut: asyncio.Future[Any]) -> None:
             self._waiting = None
             if not fut.cancelled():
                 fut.exception()  # retrieved here, whatever happens next
@@ -342,7 +335,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
 
         wait.future.add_done_callback(done)
 
-    def _barrier_done(self, barrier: asyncio.Future) -> None:
+    def _barrier_done(self, barrier: asyncio.Future[Any]) -> None:
         self._waiting = None
         if self.closed:
             return
@@ -363,7 +356,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         if self.closed or self._waiting is not None or self.write_paused:
             return
         try:
-            if self._codec is not None and self._codec.pending:
+            if self.codec is not None and self.codec.pending:
                 self._decode(b"")
                 if not self._more_input:
                     self._resume_reading()
@@ -389,7 +382,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         # in-flight message until its timeout) keeps the object alive
         self.out = bytearray()
         self.parser.clear()
-        self._codec = None
+        self.codec = None
         self._retry = None
         # no reference cycles left (bound handlers, transport <-> protocol):
         # the object goes by reference counting, not at the next full GC
@@ -413,13 +406,20 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         if self._waiting is not None:
             return
         if self.out and not self.closed and self.transport is not None:
-            if self._codec is not None:
-                self.transport.write(self._codec.encode(self.out))
+            if self.codec is not None:
+                self.transport.write(self.codec.encode(self.out))
             else:
                 self.transport.write(self.out)
             self.out = bytearray()
         if self._more_input and not self.write_paused and not self.closed:
             self._loop.call_soon(self._go_on)
+
+    def write_now(self) -> None:
+        """Write the output buffer now, through the codec as it is (an
+        upgrade's answer goes out before the stream changes)."""
+        if self.out and self.transport is not None:
+            self.transport.write(self.codec.encode(self.out) if self.codec is not None else self.out)
+            self.out = bytearray()
 
     def send_messages(self, msgs: list[Message]) -> None:
         """Append message frames for ``msgs`` (already marked in flight)."""
@@ -452,7 +452,7 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
             self.out = bytearray()  # never answer OK for a write not yet fsynced
         if self.transport is not None:
             if self.out:
-                self.transport.write(self._codec.encode(self.out) if self._codec is not None else self.out)
+                self.transport.write(self.codec.encode(self.out) if self.codec is not None else self.out)
                 self.out = bytearray()
             self.transport.close()
 
@@ -462,15 +462,16 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         if self._heartbeat_handle is not None:
             self._heartbeat_handle.cancel()
             self._heartbeat_handle = None
-        if self.heartbeat_interval > 0 and not self.closed:
-            self._heartbeat_handle = self._loop.call_later(self.heartbeat_interval, self._heartbeat)
+        interval = self.negotiated.heartbeat_interval
+        if interval > 0 and not self.closed:
+            self._heartbeat_handle = self._loop.call_later(interval, self._heartbeat)
 
     def _heartbeat(self) -> None:
         self._heartbeat_handle = None
         if self.closed:
             return
         idle = self._loop.time() - self.last_recv
-        if idle >= 2 * self.heartbeat_interval * 0.999:
+        if idle >= 2 * self.negotiated.heartbeat_interval * 0.999:
             log.error("[%s] - heartbeat timeout: no command in %.1fs, closing", self.remote_address, idle)
             self.close()
             return
@@ -480,10 +481,30 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
 
     # -- commands ----------------------------------------------------------------
 
-    def _sub(self, cmd: tuple) -> None:
+    def _identify(self, cmd: tuple[int, dict[str, Any]]) -> None:
+        """IDENTIFY (Go protocol_v2.go ``IDENTIFY``): new settings, the
+        answer (``OK``, or JSON with feature negotiation), then the upgrades."""
+        _, data = cmd
+        nsqd = self.nsqd
+        features = self.features
+        got = negotiate(data, nsqd.options, self.negotiated, tls_available=nsqd.tls_context is not None,
+                        tls=features.tls, compressed=self.codec is not None)
+        self.negotiated = got.settings
+        self.parser.heartbeats_enabled = got.settings.heartbeat_interval > 0
+        self._schedule_heartbeat()
+        if got.response is None:
+            self.out += _OK_FRAME
+            return
+        self.out += encode_frame(FRAME_TYPE_RESPONSE, json.dumps(got.response, separators=(",", ":")).encode())
+        features.upgrade(self, got)
+
+    def _auth(self, cmd: tuple[int, bytes]) -> None:
+        self.features.auth(self, cmd[1])
+
+    def _sub(self, cmd: tuple[int, str, str]) -> None:
         _, topic_name, channel_name = cmd
         if self._auth_enabled:
-            self._check_auth("SUB", topic_name, channel_name)
+            self.features.check_auth(self, "SUB", topic_name, channel_name)
         topic = self.nsqd.get_topic(topic_name)
         channel = topic.get_channel(channel_name)
         if not channel.add_client(self):
@@ -499,54 +520,59 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
         self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + n
         self.out += _OK_FRAME
 
-    def _pub(self, cmd: tuple) -> None:
+    def _pub(self, cmd: tuple[int, str, bytes]) -> None:
         _, topic, body = cmd
         if self._auth_enabled:
-            self._check_auth("PUB", topic, "")
+            self.features.check_auth(self, "PUB", topic, "")
         try:
             self.nsqd.get_topic(topic).publish_one(body)
         except TopicFull as exc:
             raise ClientError(E_PUB_FAILED, f"PUB failed {exc}") from None
         self._published(topic, 1)
 
-    def _mpub(self, cmd: tuple) -> None:
+    def _mpub(self, cmd: tuple[int, str, list[bytes]]) -> None:
         _, topic, bodies = cmd
         if self._auth_enabled:
-            self._check_auth("MPUB", topic, "")
+            self.features.check_auth(self, "MPUB", topic, "")
         try:
             self.nsqd.get_topic(topic).publish(bodies)
         except TopicFull as exc:
             raise ClientError(E_MPUB_FAILED, f"MPUB failed {exc}") from None
         self._published(topic, len(bodies))
 
-    def _dpub(self, cmd: tuple) -> None:
+    def _dpub(self, cmd: tuple[int, str, int, bytes]) -> None:
         _, topic, defer_ms, body = cmd
         if self._auth_enabled:
-            self._check_auth("DPUB", topic, "")
+            self.features.check_auth(self, "DPUB", topic, "")
         try:
             self.nsqd.get_topic(topic).publish_one(body, defer_ms)
         except TopicFull as exc:
             raise ClientError(E_DPUB_FAILED, f"DPUB failed {exc}") from None
         self._published(topic, 1)
 
-    def _rdy(self, cmd: tuple) -> None:
+    def _rdy(self, cmd: tuple[int, int]) -> None:
         _, self.ready_count = cmd
         if self.channel is not None:
             self.channel.client_ready(self)
 
-    def _fin(self, cmd: tuple) -> None:
+    def _fin(self, cmd: tuple[int, bytes]) -> None:
         _, msg_id = cmd
+        channel = self.channel
+        # the parser refuses FIN/REQ/TOUCH before SUB, and a failed SUB is fatal
+        assert channel is not None
         try:
-            self.channel.finish(self, msg_id)  # type: ignore[union-attr]
+            channel.finish(self, msg_id)
         except ChannelError as exc:
             raise ClientError(E_FIN_FAILED, f"FIN {msg_id.decode('latin-1')} failed {exc}") from None
         self.finish_count += 1
         self._message_done()
 
-    def _fin_many(self, cmd: tuple) -> None:
+    def _fin_many(self, cmd: tuple[int, list[bytes]]) -> None:
         # the same as one _fin per id, in order, without a parser round trip each
         _, msg_ids = cmd
-        failed = self.channel.finish_many(self, msg_ids)  # type: ignore[union-attr]
+        channel = self.channel
+        assert channel is not None
+        failed = channel.finish_many(self, msg_ids)
         for msg_id, reason in failed:
             self._client_error(ClientError(E_FIN_FAILED, f"FIN {msg_id.decode('latin-1')} failed {reason}"))
         done = len(msg_ids) - len(failed)
@@ -555,30 +581,34 @@ class ClientV2(NegotiatedFeatures, asyncio.Protocol):
             self.in_flight_count -= done
             self._freed = True
 
-    def _req(self, cmd: tuple) -> None:
+    def _req(self, cmd: tuple[int, bytes, int]) -> None:
         _, msg_id, timeout_ms = cmd
+        channel = self.channel
+        assert channel is not None
         try:
-            self.channel.requeue(self, msg_id, timeout_ms)  # type: ignore[union-attr]
+            channel.requeue(self, msg_id, timeout_ms)
         except ChannelError as exc:
             raise ClientError(E_REQ_FAILED, f"REQ {msg_id.decode('latin-1')} failed {exc}") from None
         self.requeue_count += 1
         self._message_done()
 
-    def _touch(self, cmd: tuple) -> None:
+    def _touch(self, cmd: tuple[int, bytes]) -> None:
         _, msg_id = cmd
+        channel = self.channel
+        assert channel is not None
         try:
-            self.channel.touch(self, msg_id, self.msg_timeout)  # type: ignore[union-attr]
+            channel.touch(self, msg_id)
         except ChannelError as exc:
             raise ClientError(E_TOUCH_FAILED, f"TOUCH {msg_id.decode('latin-1')} failed {exc}") from None
 
-    def _cls(self, cmd: tuple) -> None:
+    def _cls(self, cmd: tuple[int]) -> None:
         self.ready_count = 0
         self.closing = True
         if self.channel is not None:
             self.channel.client_ready(self)
         self.out += _CLOSE_WAIT_FRAME
 
-    def _nop(self, cmd: tuple) -> None:
+    def _nop(self, cmd: tuple[int]) -> None:
         return None
 
     # -- channel callbacks -------------------------------------------------------

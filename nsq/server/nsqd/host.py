@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from nsq.server.nsqd.backend import BackendQueue
     from nsq.server.nsqd.channel import Channel
     from nsq.server.nsqd.deferredlog import DeferredLog
+    from nsq.server.nsqd.identify import Negotiated
     from nsq.server.nsqd.options import NSQDOptions
     from nsq.server.nsqd.topic import Topic
 
@@ -92,9 +93,10 @@ class Subscriber(Protocol):
         closing: True once it is being closed (no more deliveries).
         write_paused: True while its transport's buffer is above the
             high-water mark (no deliveries until it drains).
-        msg_timeout: its negotiated message timeout (s).
-        sample_rate: its negotiated ``sample_rate`` (0: every message,
-            else the percentage delivered).
+        negotiated: its IDENTIFY settings; a channel reads ``msg_timeout``
+            (s before a message sent to it times out, and a TOUCH's new
+            timeout) and ``sample_rate`` (0: every message, else the
+            percentage delivered).
     """
 
     id: int
@@ -102,8 +104,7 @@ class Subscriber(Protocol):
     in_flight_count: int
     closing: bool
     write_paused: bool
-    msg_timeout: float
-    sample_rate: int
+    negotiated: Negotiated
 
     def send_messages(self, msgs: list[Any]) -> None:
         """Write message frames for ``msgs`` (in-flight :data:`Message` lists)."""

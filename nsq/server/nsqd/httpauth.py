@@ -66,6 +66,7 @@ from aiohttp import web
 
 from nsq.server.httpapi import json_response
 from nsq.server.nsqd.auth import AuthError, AuthState, query_any_authd
+from nsq.server.tls import peer_common_name
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD
@@ -144,17 +145,7 @@ def connection_facts(request: web.Request) -> tuple[str, bool, str]:
     else:
         remote_ip = request.remote or ""
     ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
-    common_name = ""
-    if ssl_object is not None:
-        try:
-            cert = ssl_object.getpeercert()
-        except ValueError:  # handshake not done (cannot happen once a request is read)
-            cert = None
-        for rdn in (cert or {}).get("subject", ()):
-            for key, value in rdn:
-                if key == "commonName":
-                    common_name = value
-    return remote_ip, ssl_object is not None, common_name
+    return remote_ip, ssl_object is not None, peer_common_name(ssl_object)
 
 
 def may_subscribe_topic(state: AuthState, topic: str) -> bool:

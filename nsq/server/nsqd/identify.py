@@ -7,19 +7,23 @@ JSON type is checked first (a wrong type is ``E_BAD_BODY IDENTIFY failed to
 decode JSON body``), then each value's range, in Go's order, with Go's texts.
 Field meanings: https://nsq.io/clients/tcp_protocol_spec.html#identify.
 
-No sockets, no clock: :func:`negotiate` returns a :class:`Negotiated` that
-the V2 connection applies (and upgrades TLS/compression from).
+No sockets, no clock: :func:`negotiate` returns an :class:`Identified`:
+the :class:`Negotiated` settings the V2 connection keeps from then on, the
+answer, and the TLS/compression upgrades it then makes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsq import NSQ_VERSION
 from nsq.protocol.errors import E_BAD_BODY, E_IDENTIFY_FAILED, ClientError
 
-__all__ = ["Current", "Negotiated", "negotiate", "IDENTIFY_TYPES"]
+if TYPE_CHECKING:
+    from nsq.server.nsqd.options import NSQDOptions
+
+__all__ = ["Negotiated", "Identified", "initial", "negotiate", "IDENTIFY_TYPES", "DEFAULT_OUTPUT_BUFFER_SIZE"]
 
 #: IDENTIFY fields Go decodes, with the JSON type each must have
 IDENTIFY_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -39,41 +43,23 @@ IDENTIFY_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class Current:
-    """The connection's settings before this IDENTIFY (units as named).
-
-    Attributes:
-        heartbeat_interval: s, 0 = off.
-        output_buffer_timeout: s.
-        output_buffer_size: bytes.
-        msg_timeout: s.
-        tls: already upgraded to TLS.
-        compressed: already upgraded to snappy or deflate.
-    """
-
-    heartbeat_interval: float
-    output_buffer_timeout: float
-    output_buffer_size: int
-    msg_timeout: float
-    tls: bool
-    compressed: bool
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Negotiated:
-    """What an IDENTIFY settles.
+    """A V2 connection's settings, as its last IDENTIFY left them (Go:
+    the fields ``clientV2.Identify`` sets in nsqd/client_v2.go). The
+    connection holds one (:attr:`ClientV2.negotiated
+    <nsq.server.nsqd.client_v2.ClientV2.negotiated>`); its channel reads
+    ``msg_timeout`` and ``sample_rate`` from there.
 
     Attributes:
-        client_id, hostname, user_agent: as sent ("" when absent).
+        client_id, hostname: as sent ("" when absent); before any
+            IDENTIFY, the remote IP (Go's ``newClientV2``).
+        user_agent: as sent ("" when absent).
         heartbeat_interval: s, 0 = off.
         output_buffer_timeout: s.
         output_buffer_size: bytes.
-        sample_rate: percent, 0 = every message.
-        msg_timeout: s.
-        response: the JSON answer (feature negotiation) or None (answer OK).
-        tls, snappy, deflate: upgrades to do after the answer, in this order.
-        deflate_level: 1-9, capped by ``--max-deflate-level``.
+        sample_rate: percent of messages delivered, 0 = every message.
+        msg_timeout: s before an in-flight message times out.
     """
 
     client_id: str
@@ -84,6 +70,37 @@ class Negotiated:
     output_buffer_size: int
     sample_rate: int
     msg_timeout: float
+
+
+#: Go's ``defaultBufferSize`` (nsqd/client_v2.go): the output buffer before
+#: IDENTIFY sets one (bytes)
+DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
+
+
+def initial(opts: NSQDOptions, identifier: str = "") -> Negotiated:
+    """A connection's settings before any IDENTIFY (Go's ``newClientV2``):
+    ``client_id`` and ``hostname`` are ``identifier`` (the remote IP),
+    heartbeats every ``--client-timeout`` / 2, ``--msg-timeout``,
+    ``--output-buffer-timeout``, a 16 KiB output buffer."""
+    return Negotiated(client_id=identifier, hostname=identifier, user_agent="",
+                      heartbeat_interval=opts.client_timeout / 2,
+                      output_buffer_timeout=opts.output_buffer_timeout,
+                      output_buffer_size=DEFAULT_OUTPUT_BUFFER_SIZE, sample_rate=0, msg_timeout=opts.msg_timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class Identified:
+    """What one IDENTIFY settles: the new settings, the answer and the
+    upgrades to make after it.
+
+    Attributes:
+        settings: the connection's settings from now on.
+        response: the JSON answer (feature negotiation) or None (answer OK).
+        tls, snappy, deflate: upgrades to do after the answer, in this order.
+        deflate_level: 1-9, capped by ``--max-deflate-level``.
+    """
+
+    settings: Negotiated
     response: dict[str, Any] | None
     tls: bool = False
     snappy: bool = False
@@ -104,18 +121,22 @@ def _check_types(data: dict[str, Any]) -> None:
             raise ClientError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
 
 
-def negotiate(data: dict[str, Any], opts: Any, current: Current, tls_available: bool) -> Negotiated:
+def negotiate(data: dict[str, Any], opts: NSQDOptions, current: Negotiated, *, tls_available: bool,
+              tls: bool = False, compressed: bool = False) -> Identified:
     """Apply Go's IDENTIFY rules to ``data`` (the client's decoded JSON).
 
     Args:
         data: the IDENTIFY body, decoded.
-        opts: the daemon's :class:`~nsq.server.nsqd.options.NSQDOptions`
-            (``max_*`` limits, ``snappy``, ``deflate``, auth addresses).
-        current: the connection's settings now.
+        opts: the daemon's options (``max_*`` limits, ``snappy``,
+            ``deflate``, auth addresses).
+        current: the connection's settings now (a field the client leaves
+            out or sends as 0 keeps its value).
         tls_available: the daemon has a TLS certificate.
+        tls: the connection is already upgraded to TLS.
+        compressed: the connection is already upgraded to snappy or deflate.
 
     Returns:
-        The settings and answer.
+        The settings, the answer and the upgrades.
 
     Raises:
         ClientError: ``E_BAD_BODY`` (a field of the wrong type or out of
@@ -165,14 +186,14 @@ def negotiate(data: dict[str, Any], opts: Any, current: Current, tls_available: 
     else:
         raise ClientError(E_BAD_BODY, f"IDENTIFY msg timeout ({mt}) is invalid")
 
-    settled = dict(client_id=data.get("client_id") or "", hostname=data.get("hostname") or "",
-                   user_agent=data.get("user_agent") or "", heartbeat_interval=heartbeat,
-                   output_buffer_timeout=buffer_timeout, output_buffer_size=buffer_size, sample_rate=rate,
-                   msg_timeout=msg_timeout)
+    settings = Negotiated(client_id=data.get("client_id") or "", hostname=data.get("hostname") or "",
+                          user_agent=data.get("user_agent") or "", heartbeat_interval=heartbeat,
+                          output_buffer_timeout=buffer_timeout, output_buffer_size=buffer_size, sample_rate=rate,
+                          msg_timeout=msg_timeout)
     if not data.get("feature_negotiation"):
-        return Negotiated(response=None, **settled)
+        return Identified(settings, None)
 
-    tls = tls_available and bool(data.get("tls_v1")) and not current.tls
+    upgrade_tls = tls_available and bool(data.get("tls_v1")) and not tls
     deflate = opts.deflate and bool(data.get("deflate"))
     deflate_level = 6
     requested = data.get("deflate_level") or 0
@@ -183,14 +204,14 @@ def negotiate(data: dict[str, Any], opts: Any, current: Current, tls_available: 
     snappy = opts.snappy and bool(data.get("snappy"))
     if deflate and snappy:
         raise ClientError(E_IDENTIFY_FAILED, "cannot enable both deflate and snappy compression")
-    if current.compressed:
+    if compressed:
         deflate = snappy = False  # already compressed: a second IDENTIFY changes nothing
     response = {
         "max_rdy_count": opts.max_rdy_count,
         "version": NSQ_VERSION,
         "max_msg_timeout": int(opts.max_msg_timeout * 1000),
         "msg_timeout": int(msg_timeout * 1000),
-        "tls_v1": tls,
+        "tls_v1": upgrade_tls,
         "deflate": deflate,
         "deflate_level": deflate_level,
         "max_deflate_level": opts.max_deflate_level,
@@ -200,5 +221,5 @@ def negotiate(data: dict[str, Any], opts: Any, current: Current, tls_available: 
         "output_buffer_size": buffer_size,
         "output_buffer_timeout": int(buffer_timeout * 1000),
     }
-    return Negotiated(response=response, tls=tls, snappy=snappy, deflate=deflate, deflate_level=deflate_level,
-                      **settled)
+    return Identified(settings, response, tls=upgrade_tls, snappy=snappy, deflate=deflate,
+                      deflate_level=deflate_level)

@@ -85,9 +85,11 @@ def _e2e_text(latency: dict[str, Any]) -> str:
 
 def client_stats(client: ClientV2) -> dict[str, Any]:
     """One client's stats dict (Go ``ClientStats``)."""
+    settings = client.negotiated
+    features = client.features
     out: dict[str, Any] = {
-        "client_id": client.client_id,
-        "hostname": client.hostname,
+        "client_id": settings.client_id,
+        "hostname": settings.hostname,
         "version": "V2",
         "remote_address": client.remote_address,
         "state": client.state,
@@ -97,17 +99,17 @@ def client_stats(client: ClientV2) -> dict[str, Any]:
         "finish_count": client.finish_count,
         "requeue_count": client.requeue_count,
         "connect_ts": client.connect_ts,
-        "sample_rate": client.sample_rate,
-        "deflate": client.deflate,
-        "snappy": client.snappy,
-        "user_agent": client.user_agent,
-        "tls": client.tls,
+        "sample_rate": settings.sample_rate,
+        "deflate": features.deflate,
+        "snappy": features.snappy,
+        "user_agent": settings.user_agent,
+        "tls": features.tls,
         "tls_cipher_suite": "",
         "tls_version": "",
         "tls_negotiated_protocol": "",
         "tls_negotiated_protocol_is_mutual": False,
     }
-    ssl_object = client.ssl_object
+    ssl_object = features.ssl_object
     if ssl_object is not None:
         from nsq.server.tls import tls_version_name
 
@@ -115,7 +117,7 @@ def client_stats(client: ClientV2) -> dict[str, Any]:
         out["tls_cipher_suite"] = cipher[0] if cipher else ""
         out["tls_version"] = tls_version_name(ssl_object)
         out["tls_negotiated_protocol"] = ssl_object.selected_alpn_protocol() or ""
-    state = client.auth_state
+    state = features.auth_state
     if state is not None and state.authorizations:
         # Go: omitempty
         out["authed"] = True
