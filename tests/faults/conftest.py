@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.faults import netns
-from tests.faults.cluster import Cluster, Row
+from tests.faults.cluster import Cluster
+from tests.faults.traffic import Row
 
 _ROWS: list[Row] = []
 _checked: dict[bool, str | None] = {}

@@ -22,7 +22,8 @@ import time
 
 import pytest
 
-from tests.faults.cluster import PYTHON, ROOT, FailoverPublisher, Stream
+from tests.faults.cluster import PYTHON, ROOT
+from tests.faults.traffic import FailoverPublisher, Stream
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
 
@@ -35,13 +36,6 @@ MAX_CLOSE = 2 * HEARTBEAT_MS / 1000 + 1.5
 MAX_REDELIVER = MSG_TIMEOUT_MS / 1000 + 3.0
 MAX_GAP = 3.0
 
-
-def _holder_clients(nsqd, topic: str) -> int:
-    n = 0
-    for t in nsqd.stats(topic, timeout=1).get("topics", []):
-        for c in t["channels"]:
-            n += sum(1 for cl in c["clients"] if cl.get("client_id") == "holder")
-    return n
 
 
 async def test_consumer_partition(make_cluster, report):
@@ -62,7 +56,7 @@ async def test_consumer_partition(make_cluster, report):
     stop = asyncio.Event()
     try:
         deadline = time.monotonic() + 15
-        while sum([await asyncio.to_thread(_holder_clients, n, topic) for n in cluster.nsqds]) < 3:
+        while sum([await asyncio.to_thread(n.clients, topic, channel, "holder") for n in cluster.nsqds]) < 3:
             assert holder.proc.poll() is None, holder.stderr()
             assert time.monotonic() < deadline, "the holder did not connect to every nsqd"
             await asyncio.sleep(0.1)
@@ -78,7 +72,7 @@ async def test_consumer_partition(make_cluster, report):
         closed_after = None
         while time.monotonic() - t_cut < MAX_REDELIVER + 2:
             if closed_after is None:
-                counts = [await asyncio.to_thread(_holder_clients, n, topic) for n in cluster.nsqds]
+                counts = [await asyncio.to_thread(n.clients, topic, channel, "holder") for n in cluster.nsqds]
                 if not any(counts):
                     closed_after = time.monotonic() - t_cut
             await asyncio.sleep(0.1)

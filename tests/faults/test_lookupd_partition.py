@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.faults.cluster import FailoverPublisher, Stream
+from tests.faults.traffic import FailoverPublisher, Stream
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 
@@ -57,7 +57,7 @@ async def test_lookupd_partition(make_cluster, report):
     try:
         await consumer.start()
         deadline = time.monotonic() + 15
-        while len(consumer.connections) < 3 or sum(_clients(n, topic, "tail") for n in cluster.nsqds) < 3:
+        while len(consumer.connections) < 3 or sum(n.clients(topic, "tail") for n in cluster.nsqds) < 3:
             assert time.monotonic() < deadline, "consumers did not connect to every nsqd"
             await asyncio.sleep(0.1)
 
@@ -112,11 +112,4 @@ async def test_lookupd_partition(make_cluster, report):
         await publisher.close()
         await consumer.close(timeout=1)
 
-
-def _clients(nsqd, topic: str, channel: str) -> int:
-    for t in nsqd.stats(topic).get("topics", []):
-        for c in t["channels"]:
-            if c["channel_name"] == channel:
-                return len(c["clients"])
-    return 0
 

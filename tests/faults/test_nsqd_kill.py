@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from tests.faults.cluster import FailoverPublisher, Stream
+from tests.faults.traffic import FailoverPublisher, Stream
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 
@@ -100,7 +100,7 @@ async def test_nsqd_sigkill(make_cluster, report):
         recovered = None
         while time.monotonic() - t_back < MAX_RECOVER + 10:
             if all(victim.tcp in c.connections for c in consumers) and \
-                    await asyncio.to_thread(_has_client, victim, "kp", "tail") and \
+                    await asyncio.to_thread(victim.clients, "kp", "tail") and \
                     await asyncio.to_thread(victim.backlog, "kp", "kr", "kf", skip=["late"]) == 0:
                 recovered = time.monotonic() - t_back
                 break
@@ -152,10 +152,3 @@ async def test_nsqd_sigkill(make_cluster, report):
         for c in consumers:
             await c.close(timeout=1)
 
-
-def _has_client(nsqd, topic: str, channel: str) -> bool:
-    for t in nsqd.stats(topic, timeout=1).get("topics", []):
-        for c in t["channels"]:
-            if c["channel_name"] == channel and c["clients"]:
-                return True
-    return False

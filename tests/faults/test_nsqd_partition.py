@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from tests.faults.cluster import FailoverPublisher, Stream
+from tests.faults.traffic import FailoverPublisher, Stream
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 
@@ -40,13 +40,6 @@ MAX_NOTICE = 2 * HEARTBEAT_MS / 1000 + 1.0
 #: timeout; nsq tail: nsqd's lookupd reconnect (up to 15 s) and a 2 s poll
 MAX_RECOVER = 25.0
 
-
-def _has_client(nsqd, topic: str, channel: str) -> bool:
-    for t in nsqd.stats(topic, timeout=1).get("topics", []):
-        for c in t["channels"]:
-            if c["channel_name"] == channel and c["clients"]:
-                return True
-    return False
 
 
 async def test_nsqd_partition(make_cluster, report):
@@ -81,7 +74,7 @@ async def test_nsqd_partition(make_cluster, report):
     try:
         await consumer.start()
         deadline = time.monotonic() + 15
-        while len(consumer.connections) < 3 or not all(_has_client(n, topic, "tail") for n in cluster.nsqds):
+        while len(consumer.connections) < 3 or not all(n.clients(topic, "tail") for n in cluster.nsqds):
             assert time.monotonic() < deadline, "consumers did not connect to every nsqd"
             await asyncio.sleep(0.1)
 
@@ -106,7 +99,7 @@ async def test_nsqd_partition(make_cluster, report):
                 back = now - t_heal
             if tail_back is None:
                 try:
-                    if await asyncio.to_thread(_has_client, victim, topic, "tail"):
+                    if await asyncio.to_thread(victim.clients, topic, "tail"):
                         tail_back = now - t_heal
                 except OSError:
                     pass

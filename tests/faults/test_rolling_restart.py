@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.faults.cluster import FailoverPublisher, Stream
+from tests.faults.traffic import FailoverPublisher, Stream
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
 
@@ -28,13 +28,6 @@ PUB_LINES = 2500
 MAX_GAP = 5.0
 MAX_BACK = 10.0
 
-
-def _has_client(nsqd, topic: str, channel: str) -> bool:
-    for t in nsqd.stats(topic, timeout=1).get("topics", []):
-        for c in t["channels"]:
-            if c["channel_name"] == channel and c["clients"]:
-                return True
-    return False
 
 
 async def test_rolling_restart(make_cluster, report):
@@ -60,7 +53,7 @@ async def test_rolling_restart(make_cluster, report):
     try:
         await consumer.start()
         deadline = time.monotonic() + 15
-        while len(consumer.connections) < 3 or not all(_has_client(n, "rp", "tail") for n in cluster.nsqds):
+        while len(consumer.connections) < 3 or not all(n.clients("rp", "tail") for n in cluster.nsqds):
             assert time.monotonic() < deadline, "consumers did not connect to every nsqd"
             await asyncio.sleep(0.1)
         lines = b"".join(b"rp:%d\n" % i for i in range(1, PUB_LINES + 1))
@@ -76,7 +69,7 @@ async def test_rolling_restart(make_cluster, report):
             exits.append(await asyncio.to_thread(n.stop))
             n.start()
             t_ready = await asyncio.to_thread(n.wait_ready)
-            while not (n.tcp in consumer.connections and await asyncio.to_thread(_has_client, n, "rp", "tail")):
+            while not (n.tcp in consumer.connections and await asyncio.to_thread(n.clients, "rp", "tail")):
                 assert time.monotonic() - t_ready < MAX_BACK + 10, f"consumers did not come back to {n.host}"
                 await asyncio.sleep(0.05)
             backs.append(time.monotonic() - t_ready)

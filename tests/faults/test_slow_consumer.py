@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from tests.faults.cluster import FailoverPublisher, Stream
+from tests.faults.traffic import FailoverPublisher, Stream
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
 
