@@ -6,8 +6,10 @@ Aggregation follows Go nsqadmin's ``clusterinfo`` (nsqio/nsq
 ``E2eProcessingLatencyAggregate.Add``): a topic's figures are summed over
 every nsqd that has it, a channel's over every nsqd that has the topic and
 the channel, and each aggregate keeps the per-nsqd figures in ``nodes``.
-Rates (messages/s) come from two successive polls (:func:`apply_rates`);
-nsqadmin only shows them with graphite.
+Rates (messages/s) come from two successive polls (:func:`apply_rates`):
+the ingress ``rate`` (messages put into the topic or channel) and the
+``egress`` (messages taken from a channel's queue: nsq_stat's egress,
+Go ``apps/nsq_stat``); nsqadmin only shows rates with graphite.
 
 Counts are messages; depths are messages queued (memory + disk); times are
 Unix seconds; e2e latencies are nanoseconds.
@@ -175,8 +177,12 @@ class ChannelStats:
     """A channel on one nsqd (``node`` = its HTTP address), or aggregated over
     nsqds (``node == "*"``, per-nsqd figures in ``nodes``).
 
-    ``rate`` is messages/s since the previous poll (None before a second
-    poll); ``depth_history``/``rate_history`` the last polls' values, oldest first.
+    ``rate`` is messages/s put into the channel since the previous poll,
+    ``egress`` messages/s taken from its queue (delivered to consumers, or
+    emptied): the message count's growth minus the depth's, as nsq_stat
+    computes it, never below 0 (a burst of requeues grows the depth); both
+    None before a second poll. ``depth_history``/``rate_history``/
+    ``egress_history`` the last polls' values, oldest first.
 
     ``dead_letters`` (``/stats`` ``dead_letter_count``: messages moved to the
     channel's dead-letter topic) and ``max_attempts`` (deliveries before
@@ -204,8 +210,10 @@ class ChannelStats:
     clients: list[ClientStats] = field(default_factory=list)
     nodes: list[ChannelStats] = field(default_factory=list)
     rate: float | None = None
+    egress: float | None = None
     depth_history: list[float] = field(default_factory=list)
     rate_history: list[float] = field(default_factory=list)
+    egress_history: list[float] = field(default_factory=list)
 
     @property
     def memory_depth(self) -> int:
@@ -247,6 +255,9 @@ class TopicStats:
 
     ``channels`` of an aggregate are aggregated :class:`ChannelStats`, sorted
     by name; ``tombstoned`` (per nsqd) comes from lookupd ``/nodes``.
+    ``rate`` is messages/s published to the topic, ``egress`` messages/s
+    taken from its channels' queues (summed over the channels: with two
+    channels each message leaves twice; 0 without channels).
     """
 
     name: str
@@ -261,8 +272,10 @@ class TopicStats:
     channels: list[ChannelStats] = field(default_factory=list)
     nodes: list[TopicStats] = field(default_factory=list)
     rate: float | None = None
+    egress: float | None = None
     depth_history: list[float] = field(default_factory=list)
     rate_history: list[float] = field(default_factory=list)
+    egress_history: list[float] = field(default_factory=list)
 
     @property
     def memory_depth(self) -> int:
@@ -399,6 +412,7 @@ class Totals:
     deferred: int = 0
     messages: int = 0
     rate: float | None = None
+    egress: float | None = None
 
     @property
     def memory_depth(self) -> int:
@@ -448,6 +462,8 @@ class ClusterSnapshot:
                    nodes_up=sum(1 for n in self.nodes if not n.error))
         rates = [x.rate for x in self.topics if x.rate is not None]
         t.rate = sum(rates) if rates else None
+        egress = [x.egress for x in self.topics if x.egress is not None]
+        t.egress = sum(egress) if egress else None
         for topic in self.topics:
             t.channels += len(topic.channels)
             t.clients += topic.client_count
@@ -491,19 +507,19 @@ def aggregate(per_node: list[tuple[NodeInfo, dict]], known_topics: Sequence[str]
 
 class History:
     """Per-topic and per-channel counters of the previous poll and the last
-    ``size`` depth and rate values, for :func:`apply_rates`."""
+    ``size`` depth, rate and egress values, for :func:`apply_rates`."""
 
     def __init__(self, size: int = 120) -> None:
         self.size = size
         self.previous_at: float | None = None
         self.previous: dict[tuple[str, ...], int] = {}
-        self.series: dict[tuple[str, ...], tuple[deque[float], deque[float]]] = {}
+        self.series: dict[tuple[str, ...], tuple[deque[float], deque[float], deque[float]]] = {}
         self.cluster_rates: deque[float] = deque(maxlen=size)
 
-    def _series(self, key: tuple[str, ...]) -> tuple[deque[float], deque[float]]:
+    def _series(self, key: tuple[str, ...]) -> tuple[deque[float], deque[float], deque[float]]:
         s = self.series.get(key)
         if s is None:
-            s = self.series[key] = (deque(maxlen=self.size), deque(maxlen=self.size))
+            s = self.series[key] = (deque(maxlen=self.size), deque(maxlen=self.size), deque(maxlen=self.size))
         return s
 
 
@@ -518,42 +534,69 @@ def _rate(history: History, key: tuple[str, ...], messages: int, counters: dict[
     return (messages - before) / dt
 
 
+def _egress(history: History, key: tuple[str, ...], ingress: float | None, depth: int,
+            counters: dict[tuple[str, ...], int], dt: float | None) -> float | None:
+    """Messages/s taken from a queue: ingress minus the depth's growth
+    (nsq_stat's egress), at least 0; None when the ingress is unknown."""
+    dkey = ("depth",) + key
+    counters[dkey] = depth
+    before = history.previous.get(dkey)
+    if ingress is None or before is None or not dt or dt <= 0:
+        return None
+    return max(0.0, ingress - (depth - before) / dt)
+
+
+def _remember(history: History, key: tuple[str, ...], depth: float, rate: float | None,
+              egress: float | None) -> tuple[list[float], list[float], list[float]]:
+    depths, rates, egresses = history._series(key)
+    depths.append(depth)
+    if rate is not None:
+        rates.append(rate)
+    if egress is not None:
+        egresses.append(egress)
+    return list(depths), list(rates), list(egresses)
+
+
+def _sum(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
 def apply_rates(snapshot: ClusterSnapshot, history: History) -> ClusterSnapshot:
-    """Fill ``rate`` (messages/s since the previous poll, summed over the
-    nsqds seen both times) and the depth/rate histories of every topic,
-    channel and per-nsqd row, and the cluster's rate history; then remember
-    this poll in ``history``. Returns ``snapshot``."""
+    """Fill ``rate`` (messages/s in since the previous poll, summed over the
+    nsqds seen both times), ``egress`` (messages/s out of the channels'
+    queues) and the depth/rate/egress histories of every topic, channel and
+    per-nsqd row, and the cluster's rate history; then remember this poll in
+    ``history``. Returns ``snapshot``."""
     dt = None if history.previous_at is None else snapshot.taken_at - history.previous_at
     counters: dict[tuple[str, ...], int] = {}
     live: set[tuple[str, ...]] = set()
     for topic in snapshot.topics:
-        node_rates = []
         for n in topic.nodes:
             n.rate = _rate(history, ("t", topic.name, n.node), n.messages, counters, dt)
-            if n.rate is not None:
-                node_rates.append(n.rate)
-        topic.rate = sum(node_rates) if node_rates else (0.0 if dt and not topic.nodes else None)
+        topic.rate = _sum([n.rate for n in topic.nodes])
+        if topic.rate is None and dt and not topic.nodes:
+            topic.rate = 0.0
         for ch in topic.channels:
-            ch_rates = []
             for n in ch.nodes:
-                n.rate = _rate(history, ("c", topic.name, ch.name, n.node), n.messages, counters, dt)
-                if n.rate is not None:
-                    ch_rates.append(n.rate)
-            ch.rate = sum(ch_rates) if ch_rates else None
+                key = ("c", topic.name, ch.name, n.node)
+                n.rate = _rate(history, key, n.messages, counters, dt)
+                n.egress = _egress(history, key, n.rate, n.depth, counters, dt)
+            ch.rate = _sum([n.rate for n in ch.nodes])
+            ch.egress = _sum([n.egress for n in ch.nodes])
             key = ("c", topic.name, ch.name)
             live.add(key)
-            depths, rates = history._series(key)
-            depths.append(float(ch.depth))
-            if ch.rate is not None:
-                rates.append(ch.rate)
-            ch.depth_history, ch.rate_history = list(depths), list(rates)
+            ch.depth_history, ch.rate_history, ch.egress_history = _remember(
+                history, key, float(ch.depth), ch.rate, ch.egress)
+        # per nsqd, the egress of its channels there (the same objects as the channels' nodes)
+        for n in topic.nodes:
+            n.egress = _sum([c.egress for c in n.channels]) if n.channels else (0.0 if n.rate is not None else None)
+        topic.egress = _sum([c.egress for c in topic.channels]) if topic.channels else (
+            0.0 if topic.rate is not None else None)
         key = ("t", topic.name)
         live.add(key)
-        depths, rates = history._series(key)
-        depths.append(float(topic.depth + sum(c.depth for c in topic.channels)))
-        if topic.rate is not None:
-            rates.append(topic.rate)
-        topic.depth_history, topic.rate_history = list(depths), list(rates)
+        topic.depth_history, topic.rate_history, topic.egress_history = _remember(
+            history, key, float(topic.depth + sum(c.depth for c in topic.channels)), topic.rate, topic.egress)
     total = snapshot.totals.rate
     if total is not None:
         history.cluster_rates.append(total)

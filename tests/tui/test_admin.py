@@ -85,7 +85,7 @@ async def test_topics_appear_with_their_depth_summed_over_nsqds(admin_cluster: A
         totals = str(app.screen.query_one("#totals", Static).render())
         assert "depth 9 (9 + 0)" in totals and "messages 9" in totals
         # rates need two polls; the second shows a number, not "-"
-        await wait_until(pilot, lambda: cells(table, "orders")[column(table, "Rate/s")] != "-")
+        await wait_until(pilot, lambda: cells(table, "orders")[column(table, "In/s")] != "-")
 
 
 async def test_drill_down_topic_channel_clients(admin_cluster: AdminCluster):

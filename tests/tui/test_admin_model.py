@@ -92,6 +92,33 @@ def test_rates_come_from_two_polls_and_skip_counter_resets():
     assert len(fourth.topics[0].depth_history) == 3
 
 
+def test_egress_is_what_leaves_the_channel_queues_as_nsq_stat():
+    history = History()
+    n1, n2 = node(1), node(2)
+
+    def poll(at: float, c1: tuple[int, int], c2: tuple[int, int], m: int) -> ClusterSnapshot:
+        """c1, c2: (message_count, depth) of channels a and b on nsqd 1; m: the topic's message count."""
+        chans = [channel("a", message_count=c1[0], depth=c1[1]), channel("b", message_count=c2[0], depth=c2[1])]
+        per_node = [(n1, stats(topic("t", chans, message_count=m))), (n2, stats(topic("t", message_count=0)))]
+        return apply_rates(ClusterSnapshot(taken_at=at, topics=aggregate(per_node)), history)
+
+    first = poll(100.0, (100, 100), (100, 0), 100)
+    assert first.topics[0].egress is None and first.topics[0].channel("a").egress is None
+    # nothing published; a drains 20 messages of its backlog in 2 s, b has nothing to drain
+    second = poll(102.0, (100, 80), (100, 0), 100)
+    t = second.topics[0]
+    a, b = t.channel("a"), t.channel("b")
+    assert (a.rate, a.egress) == (0.0, 10.0) and (b.rate, b.egress) == (0.0, 0.0)
+    assert (t.rate, t.egress) == (0.0, 10.0)  # the topic's egress: its channels' summed
+    assert [n.egress for n in t.nodes] == [10.0, 0.0]  # nsqd 2 has the topic, no channel
+    assert second.totals.egress == 10.0
+    # 10 published; a keeps up, b gets them all back requeued (its depth grows more than its messages)
+    third = poll(104.0, (110, 80), (110, 30), 110)
+    a, b = third.topics[0].channel("a"), third.topics[0].channel("b")
+    assert (a.rate, a.egress) == (5.0, 5.0) and (b.rate, b.egress) == (5.0, 0.0)  # never below 0
+    assert a.egress_history == [10.0, 5.0] and third.topics[0].egress_history == [10.0, 5.0]
+
+
 def test_e2e_percentiles_merge_as_nsqadmin():
     a = parse_e2e({"count": 10, "percentiles": [{"quantile": 0.5, "value": 100}, {"quantile": 0.99, "value": 900}]})
     assert [p.quantile for p in a] == [0.99, 0.5]

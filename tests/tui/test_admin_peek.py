@@ -219,7 +219,7 @@ async def test_dead_column_counts_a_dead_lettered_message(make_nsqd, clusters):
         assert msg.attempts == 1
         await conn.send(b"REQ " + msg.id + b" 0\n")  # attempt 1 of 1: to orders.billing.dead
         app = make_app(clusters, [http(d)])
-        async with app.run_test(size=(150, 30)) as pilot:
+        async with app.run_test(size=(160, 30)) as pilot:  # wide: the max attempts note beside the name
             app.push_screen(TopicScreen("orders"))
             await pilot.pause()
             channels = app.screen.query_one("#channels", DataTable)

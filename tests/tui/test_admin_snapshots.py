@@ -52,7 +52,9 @@ def _stats(node: int, i: int) -> dict:
     """nsqd ``node``'s /stats at poll ``i`` (counters grow with i)."""
     views = (2000 + 37 * i + sum(j * j * 13 % 29 for j in range(i))) * (node + 1)
     channels = [
-        {"channel_name": "archive", "depth": 4000 + 25 * i + node, "backend_depth": 1000 * node + 10 * i,
+        # archive has no consumer: its depth grows by every message (egress 0)
+        {"channel_name": "archive", "depth": 4000 + node + views - 2000 * (node + 1),
+         "backend_depth": 1000 * node + 10 * i,
          "in_flight_count": 0, "deferred_count": 25, "message_count": views, "requeue_count": 0,
          "timeout_count": 0, "client_count": 0, "clients": [], "paused": False,
          "e2e_processing_latency": _e2e("page_views", "archive", 0)},

@@ -91,9 +91,14 @@ class AdminApp(App[None]):
     #errors { height: auto; max-height: 4; padding: 0 1; background: $error 15%; }
     #filter { height: 3; margin: 0 1; }
     #sparks { height: 1; }
+    #sparks.stacked { layout: grid; grid-size: 2; height: 2; }
+    #sparks.stacked > #depth { column-span: 2; }
     SparkRow { padding: 0 1; }
     .section { padding: 0 1; color: $accent; text-style: bold; }
     DataTable { height: auto; max-height: 1fr; margin: 0 1; }
+    /* only the table with the focus shows its cursor row: enter and the
+       actions act on that row (two tables on one screen, one cursor) */
+    DataTable:blur > .datatable--cursor { background: transparent; color: $foreground; text-style: none; }
     TopicScreen #nodes, ChannelScreen #nodes { max-height: 9; }
     NodesScreen #lookupds, LookupScreen #lookupds { max-height: 8; }
     .notice { padding: 0 1; color: $text-muted; text-style: italic; }
@@ -205,10 +210,13 @@ class AdminApp(App[None]):
             outcome = await job(admin)
             results = outcome if isinstance(outcome, list) else [outcome]
             self.results.extend(results)
-            for r in results:
-                self.notify(r.summary(), severity="information" if r.ok else "error", timeout=6 if r.ok else 12)
+            # leave the screen first (a deleted topic's): each screen shows the
+            # toasts not yet expired, so a toast raised before the screen
+            # changes would show again on the next one
             if after is not None and all(r.done for r in results):
                 after()
+            for r in results:
+                self.notify(r.summary(), severity="information" if r.ok else "error", timeout=6 if r.ok else 12)
             self.refresh_now()
 
         self.run_worker(run(), group="action")

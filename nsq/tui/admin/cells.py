@@ -54,15 +54,18 @@ def host_cell(hostname: str, address: str, *, paused: bool = False, note: str = 
     return out
 
 
-#: the columns of a topic's per-nsqd rows, (full, short) names
+#: the columns of a topic's per-nsqd rows, (full, short) names; "In/s" is
+#: messages/s published, "Out/s" messages/s taken from its channels' queues
 TOPIC_NODE_COLUMNS = [("NSQd Host", "NSQd Host"), ("Depth", "Depth"), ("Mem + Disk", "Mem+Disk"),
-                      ("Messages", "Msgs"), ("Rate/s", "Rate"), ("Channels", "Chan")]
+                      ("Messages", "Msgs"), ("In/s", "In"), ("Out/s", "Out"), ("Channels", "Chan")]
 
 #: the figures of a channel row, (full, short) names; "Dead" is this
-#: project's nsqd ``dead_letter_count`` (0 from a Go nsqd)
+#: project's nsqd ``dead_letter_count`` (0 from a Go nsqd); "In/s" messages/s
+#: put into the channel, "Out/s" taken from its queue (nsq_stat's ingress
+#: and egress)
 CHANNEL_COLUMNS = [("Depth", "Depth"), ("Mem + Disk", "Mem+Disk"), ("In-Flight", "InFlt"), ("Deferred", "Def"),
                    ("Requeued", "Req"), ("Timed Out", "T-O"), ("Dead", "Dead"), ("Messages", "Msgs"),
-                   ("Connections", "Conns"), ("Rate/s", "Rate")]
+                   ("Connections", "Conns"), ("In/s", "In"), ("Out/s", "Out")]
 
 
 def channel_cells(c: ChannelStats, wide: bool = True) -> list[Text]:
@@ -70,7 +73,8 @@ def channel_cells(c: ChannelStats, wide: bool = True) -> list[Text]:
     return [num(fmt.count(c.depth)), num(fmt.mem_disk(c.memory_depth, c.backend_depth, not wide)),
             num(fmt.count(c.in_flight)), num(fmt.count(c.deferred)), num(fmt.count(c.requeued)),
             num(fmt.count(c.timed_out)), num(fmt.count(c.dead_letters), "bold red" if c.dead_letters else ""),
-            num(fmt.count(c.messages)), num(fmt.count(c.client_count)), num(fmt.rate(c.rate))]
+            num(fmt.count(c.messages)), num(fmt.count(c.client_count)), num(fmt.rate(c.rate)),
+            num(fmt.rate(c.egress))]
 
 
 def max_attempts_note(c: ChannelStats) -> str:

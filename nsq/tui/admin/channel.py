@@ -50,7 +50,8 @@ class ChannelScreen(AdminScreen):
         yield Static("", id="title")
         with Horizontal(id="sparks"):
             yield SparkRow("depth", id="depth")
-            yield SparkRow("msg/s", id="rate")
+            yield SparkRow("in/s", id="rate")
+            yield SparkRow("out/s", id="egress")
         yield Label("NSQd hosts", classes="section")
         yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
         yield Label("Client connections", classes="section")
@@ -78,6 +79,8 @@ class ChannelScreen(AdminScreen):
         self.query_one("#title", Static).update(title)
         self.query_one("#depth", SparkRow).show(ch.depth_history, fmt.count(ch.depth))
         self.query_one("#rate", SparkRow).show(ch.rate_history, fmt.rate(ch.rate))
+        self.query_one("#egress", SparkRow).show(ch.egress_history, fmt.rate(ch.egress))
+        self.query_one("#sparks").set_class(not self.wide("sparks"), "stacked")
 
         quantiles = e2e_quantiles([ch.e2e] + [n.e2e for n in ch.nodes])
         nodes = self.query_one("#nodes", DataTable)

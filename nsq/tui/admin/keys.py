@@ -60,8 +60,11 @@ KEYS: list[tuple[str, list[tuple[str, str, bool]]]] = [
     ]),
 ]
 
-#: terminal width from which each table uses full column names
-WIDE_FROM = {"topics": 100, "topic-nodes": 110, "channels": 146, "channel-nodes": 156, "clients": 160}
+#: terminal width from which each table uses full column names (and all its
+#: columns); "sparks": from which a topic's or channel's three sparklines
+#: (queued, in/s, out/s) share one line
+WIDE_FROM = {"topics": 110, "topic-nodes": 112, "channels": 152, "channel-nodes": 150, "clients": 160,
+             "sparks": 120}
 
 #: every action that changes the cluster (none of them in read-only mode)
 ADMIN_ACTIONS = frozenset({"create", "pause", "empty", "delete", "tombstone", "drain"})

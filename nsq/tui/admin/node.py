@@ -108,7 +108,7 @@ class NodeScreen(AdminScreen):
         cells: list[Any] = [name_cell(t.name, paused=t.paused, style="bold",
                                       note="tombstoned" if t.tombstoned else "")]
         figures = {"Depth": fmt.count(t.depth), "Mem + Disk": fmt.mem_disk(t.memory_depth, t.backend_depth, not wide),
-                   "Messages": fmt.count(t.messages), "Rate/s": fmt.rate(t.rate)}
+                   "Messages": fmt.count(t.messages), "In/s": fmt.rate(t.rate), "Out/s": fmt.rate(t.egress)}
         cells += [num(figures.get(full, ""), "bold") for full, _ in CHANNEL_COLUMNS]
         return cells
 

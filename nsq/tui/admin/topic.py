@@ -96,7 +96,8 @@ class TopicScreen(AdminScreen):
         yield Static("", id="title")
         with Horizontal(id="sparks"):
             yield SparkRow("queued", id="depth")
-            yield SparkRow("msg/s", id="rate")
+            yield SparkRow("in/s", id="rate")
+            yield SparkRow("out/s", id="egress")
         yield Label("NSQd hosts", classes="section")
         yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
         yield Static("No nsqd has this topic (only lookupd knows it).", id="nonodes", classes="notice")
@@ -127,29 +128,40 @@ class TopicScreen(AdminScreen):
         queued = topic.depth + sum(c.depth for c in topic.channels)
         self.query_one("#depth", SparkRow).show(topic.depth_history, fmt.count(queued))
         self.query_one("#rate", SparkRow).show(topic.rate_history, fmt.rate(topic.rate))
+        self.query_one("#egress", SparkRow).show(topic.egress_history, fmt.rate(topic.egress))
+        self.query_one("#sparks").set_class(not self.wide("sparks"), "stacked")
 
         quantiles = e2e_quantiles([topic.e2e] + [n.e2e for n in topic.nodes])
         nodes = self.query_one("#nodes", DataTable)
         wide = self.wide("topic-nodes")
-        set_columns(nodes, self.labels("topic-nodes", TOPIC_NODE_COLUMNS) + [fmt.quantile_label(q) for q in quantiles])
+        # narrow: no Channels column (the title counts them), so 80 columns hold the rest
+        keep = [i for i, (full, _) in enumerate(TOPIC_NODE_COLUMNS) if wide or full != "Channels"]
+        labels = self.labels("topic-nodes", TOPIC_NODE_COLUMNS)
+        set_columns(nodes, [labels[i] for i in keep] + [fmt.quantile_label(q) for q in quantiles])
+
+        def row(cells: list[Any], e2e: list[Any]) -> list[Any]:
+            return [cells[i] for i in keep] + e2e
+
         rows: list[tuple[str, list[Any]]] = []
         for n in topic.nodes:
-            rows.append((n.node, [host_cell(n.hostname, n.node, paused=n.paused,
-                                             note="tombstoned" if n.tombstoned else "", wide=wide),
-                                  num(fmt.count(n.depth)), num(fmt.mem_disk(n.memory_depth, n.backend_depth, not wide)),
-                                  num(fmt.count(n.messages)), num(fmt.rate(n.rate)), num(len(n.channels))]
-                         + e2e_cells(n.e2e, quantiles)))
+            rows.append((n.node, row([host_cell(n.hostname, n.node, paused=n.paused,
+                                                note="tombstoned" if n.tombstoned else "", wide=wide),
+                                      num(fmt.count(n.depth)),
+                                      num(fmt.mem_disk(n.memory_depth, n.backend_depth, not wide)),
+                                      num(fmt.count(n.messages)), num(fmt.rate(n.rate)), num(fmt.rate(n.egress)),
+                                      num(len(n.channels))], e2e_cells(n.e2e, quantiles))))
         seen = {n.node for n in topic.nodes}
         for node in snapshot.nodes:  # listed with the topic by lookupd, but its stats failed
             if node.error and node.http_address not in seen and any(t == self.topic for t, _ in node.topics):
-                rows.append((node.http_address, [host_cell(node.hostname, node.http_address, note="✘ unreachable",
-                                                            wide=wide)]
-                             + [num("-")] * (5 + len(quantiles))))
+                host = host_cell(node.hostname, node.http_address, note="✘ unreachable", wide=wide)
+                rows.append((node.http_address, row([host] + [num("-")] * (len(TOPIC_NODE_COLUMNS) - 1),
+                                                    [num("-")] * len(quantiles))))
         if topic.nodes:
-            rows.append(("*", [Text("Total", style="bold"), num(fmt.count(topic.depth), "bold"),
-                               num(fmt.mem_disk(topic.memory_depth, topic.backend_depth, not wide), "bold"),
-                               num(fmt.count(topic.messages), "bold"), num(fmt.rate(topic.rate), "bold"),
-                               num(len(topic.channels), "bold")] + e2e_cells(topic.e2e, quantiles)))
+            rows.append(("*", row([Text("Total", style="bold"), num(fmt.count(topic.depth), "bold"),
+                                   num(fmt.mem_disk(topic.memory_depth, topic.backend_depth, not wide), "bold"),
+                                   num(fmt.count(topic.messages), "bold"), num(fmt.rate(topic.rate), "bold"),
+                                   num(fmt.rate(topic.egress), "bold"), num(len(topic.channels), "bold")],
+                                  e2e_cells(topic.e2e, quantiles))))
         fill_table(nodes, rows)
         nodes.display = bool(rows)
         self.query_one("#nonodes", Static).display = not rows

@@ -43,10 +43,13 @@ class TopicsScreen(AdminScreen):
         ("In-Flight", "InFlt", lambda t: t.in_flight),
         ("Deferred", "Def", lambda t: t.deferred),
         ("Messages", "Msgs", lambda t: t.messages),
-        ("Rate/s", "Rate", lambda t: t.rate or 0.0),
+        ("In/s", "In", lambda t: t.rate or 0.0),
+        ("Out/s", "Out", lambda t: t.egress or 0.0),
         ("Channels", "Chan", lambda t: len(t.channels)),
         ("Producers", "Prod", lambda t: t.producers),
     ]
+    #: columns left out when the terminal is narrow (80 columns show the rest)
+    NARROW_HIDDEN: ClassVar = frozenset({"Producers"})
 
     def __init__(self) -> None:
         super().__init__()
@@ -56,7 +59,7 @@ class TopicsScreen(AdminScreen):
 
     def compose_body(self) -> ComposeResult:
         yield Static("", id="totals")
-        yield SparkRow("cluster msg/s", id="rate")
+        yield SparkRow("cluster in/s", id="rate")
         box = Input(placeholder="filter topics (escape clears)", id="filter")
         box.display = False
         yield box
@@ -66,9 +69,19 @@ class TopicsScreen(AdminScreen):
         self._columns()
         super().on_mount()
 
+    def _visible(self) -> list[int]:
+        """Indexes of the :attr:`COLUMNS` shown at this width."""
+        wide = self.wide("topics")
+        return [i for i, (full, _, _) in enumerate(self.COLUMNS) if wide or full not in self.NARROW_HIDDEN]
+
     def _columns(self) -> None:
+        visible = self._visible()
+        if self.sort_column not in visible:
+            self.sort_column, self.sort_reverse = 0, False
+        names = self.labels("topics", [(full, short) for full, short, _ in self.COLUMNS])
         labels = []
-        for i, label in enumerate(self.labels("topics", [(full, short) for full, short, _ in self.COLUMNS])):
+        for i in visible:
+            label = names[i]
             if i == self.sort_column:
                 label += " ▲" if (i == 0) != self.sort_reverse else " ▼"
             labels.append(label)
@@ -90,7 +103,7 @@ class TopicsScreen(AdminScreen):
         for label, value in (("depth", f"{fmt.count(t.depth)} ({fmt.mem_disk(t.memory_depth, t.backend_depth)})"),
                              ("channel depth", fmt.count(t.channel_depth)), ("in-flight", fmt.count(t.in_flight)),
                              ("deferred", fmt.count(t.deferred)), ("messages", fmt.count(t.messages)),
-                             ("msg/s", fmt.rate(t.rate))):
+                             ("in/s", fmt.rate(t.rate)), ("out/s", fmt.rate(t.egress))):
             totals.append(f"{label} ", style="dim")
             totals.append(value + "  ", style="bold")
         self.query_one("#totals", Static).update(totals)
@@ -101,24 +114,27 @@ class TopicsScreen(AdminScreen):
         topics.sort(key=lambda x: x.name)
         topics.sort(key=key, reverse=(self.sort_column != 0) != self.sort_reverse)
         rows = []
+        visible = self._visible()
         for x in topics:
             inactive = not x.nodes
-            rows.append((x.name, [
+            cells = [
                 name_cell(x.name, paused=x.paused, note="(no nsqd)" if inactive else "", style="bold"),
                 num(fmt.count(x.depth)), num(fmt.mem_disk(x.memory_depth, x.backend_depth, compact)),
                 num(fmt.count(x.in_flight)), num(fmt.count(x.deferred)), num(fmt.count(x.messages)),
-                num(fmt.rate(x.rate)), num(len(x.channels)), num(x.producers),
-            ]))
+                num(fmt.rate(x.rate)), num(fmt.rate(x.egress)), num(len(x.channels)), num(x.producers),
+            ]
+            rows.append((x.name, [cells[i] for i in visible]))
         fill_table(self.query_one("#topics", DataTable), rows)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.app.push_screen(TopicScreen(str(event.row_key.value)))
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        if event.column_index == self.sort_column:
+        column = self._visible()[event.column_index]
+        if column == self.sort_column:
             self.sort_reverse = not self.sort_reverse
         else:
-            self.sort_column, self.sort_reverse = event.column_index, False
+            self.sort_column, self.sort_reverse = column, False
         self._resort()
 
     def _resort(self) -> None:
@@ -127,7 +143,9 @@ class TopicsScreen(AdminScreen):
             self.show_body(self.admin_app.snapshot)
 
     def action_sort(self) -> None:
-        self.sort_column = (self.sort_column + 1) % len(self.COLUMNS)
+        visible = self._visible()
+        self.sort_column = visible[(visible.index(self.sort_column) + 1) % len(visible)] \
+            if self.sort_column in visible else 0
         self.sort_reverse = False
         self._resort()
 
