@@ -3,10 +3,11 @@
 Screens (each refreshed at every poll, every ``refresh_interval`` seconds):
 
 - Topics (:mod:`.topics`): every topic with depth, memory + disk, in
-  flight, deferred, messages, rate, channels and producers, cluster totals
-  and a rate sparkline on top; sort and filter.
+  flight, deferred, messages, In/s and Out/s (messages published, and
+  taken from its channels' queues), channels and producers, cluster totals
+  and an ingress sparkline on top; sort and filter.
 - Topic (:mod:`.topic`): per nsqd and per channel figures (e2e percentiles
-  when nsqd records them), sparklines of the queued messages and the rate.
+  when nsqd records them), sparklines of the queued messages, In/s and Out/s.
 - Channel (:mod:`.channel`): per nsqd figures (dead-lettered messages
   and max attempts too, from this project's nsqd) and every consumer
   connection.
