@@ -14,14 +14,39 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from nsq._internal.dirlock import DirLock
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
 from nsq.server.nsqd.backend import BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
 
-__all__ = ["DataPath"]
+if TYPE_CHECKING:
+    from nsq.server.nsqd.deferredlog import DeferredLog
+    from nsq.server.nsqd.diskqueue import DiskQueue
+    from nsq.server.nsqd.options import NSQDOptions
+    from nsq.server.nsqd.topiclog import TopicLog
+
+__all__ = ["DataPath", "Synced"]
 
 log = logging.getLogger("nsq.nsqd")
+
+
+class Synced(Protocol):
+    """A file the data path fsyncs: a :class:`~nsq.server.nsqd.diskqueue.DiskQueue`,
+    a :class:`~nsq.server.nsqd.deferredlog.DeferredLog` or a
+    :class:`~nsq.server.nsqd.topiclog.TopicLog`."""
+
+    @property
+    def needs_sync(self) -> bool:
+        """Written since its last sync."""
+
+    def sync_in_background(self) -> Future[None] | None:
+        """fsync in the disk thread; its future, or None (nothing owed, or done inline)."""
+
+
+#: what :attr:`DataPath.queues` holds
+AnySynced = Union["DiskQueue", "DeferredLog", "TopicLog"]
 
 
 class DataPath:
@@ -38,18 +63,18 @@ class DataPath:
             ``--sync-timeout``).
     """
 
-    def __init__(self, path: str, options, set_health: Callable[[str | None], None],
+    def __init__(self, path: str, options: NSQDOptions, set_health: Callable[[str | None], None],
                  healthy: Callable[[], bool]) -> None:
         self.path = path
         self.options = options
         self._set_health = set_health
         self._healthy = healthy
-        self.queues: set = set()
+        self.queues: set[AnySynced] = set()
         #: queues written under --sync-every=1 and not synced yet: truthy
         #: while an fsync is owed (the same set for the daemon's life, so a
         #: connection may hold it and test it per command)
-        self.owed: set = set()
-        self._thread = None
+        self.owed: set[Synced] = set()
+        self._thread: ThreadPoolExecutor | None = None
         self._lock: DirLock | None = None
         #: --storage=wal with a data path: durable topics keep a topic log
         self.wal = bool(path) and getattr(options, "storage", "diskqueue") == "wal"
@@ -62,8 +87,6 @@ class DataPath:
         """
         if not self.path:
             return
-        from concurrent.futures import ThreadPoolExecutor
-
         from nsq.server.nsqd.walmigrate import check_data_path
 
         self._lock = DirLock(self.path)
@@ -122,7 +145,7 @@ class DataPath:
         self.queues.add(dq)
         return dq
 
-    def make_topic_log(self, name: str, ephemeral: bool):
+    def make_topic_log(self, name: str, ephemeral: bool) -> TopicLog | None:
         """The :class:`~nsq.server.nsqd.topiclog.TopicLog` of a durable
         topic with ``--storage=wal`` (``<data-path>/<topic>.wal/``), else None.
 
@@ -171,7 +194,7 @@ class DataPath:
         fut = asyncio.wrap_future(self._thread.submit(work))
         fut.add_done_callback(lambda f: None if f.cancelled() or f.exception() else done(f.result()))
 
-    def make_deferred_log(self, name: str, ephemeral: bool):
+    def make_deferred_log(self, name: str, ephemeral: bool) -> DeferredLog | None:
         """A :class:`~nsq.server.nsqd.deferredlog.DeferredLog` for a durable
         channel ``topic:channel`` when there is a data path, else None."""
         if ephemeral or not self.path:
@@ -187,13 +210,13 @@ class DataPath:
 
     # -- --sync-every=1: durable before OK, fsync off the event loop -------------
 
-    def _strict_write(self, queue) -> None:
+    def _strict_write(self, queue: Synced) -> None:
         """A queue wrote under --sync-every=1 and must be synced before OK."""
         if not self.owed:
             asyncio.get_running_loop().call_soon(self._sync_strict_leftovers)
         self.owed.add(queue)
 
-    def durability_barrier(self) -> asyncio.Future | None:
+    def durability_barrier(self) -> asyncio.Future[Any] | None:
         """Start the syncs owed since the last call; None if none are owed.
 
         The caller (a PUB's connection, an HTTP /pub) answers only when the
@@ -202,7 +225,7 @@ class DataPath:
         """
         if not self.owed:
             return None
-        futures = []
+        futures: list[asyncio.Future[None]] = []
         for queue in self.owed:
             fut = queue.sync_in_background()
             if fut is not None:
@@ -218,7 +241,7 @@ class DataPath:
         if barrier is not None:
             barrier.add_done_callback(_log_sync_failure)
 
-    def forget_backend(self, backend) -> None:
+    def forget_backend(self, backend: Any) -> None:
         """Stop syncing a backend that was closed or deleted."""
         self.queues.discard(backend)
 
@@ -294,7 +317,7 @@ class DataPath:
                 pass
         self.make_reserve()
         for queue in list(self.queues):
-            if getattr(queue, "error", None) is not None:
+            if hasattr(queue, "error") and queue.error is not None:  # a deferred log keeps no error
                 queue.error = None
         log.info("NSQ: data path takes writes again")
         self._set_health(None)
@@ -325,6 +348,6 @@ class DataPath:
                       subject, len(records) - stored, backend.error or "write failed")
 
 
-def _log_sync_failure(fut: asyncio.Future) -> None:
+def _log_sync_failure(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         log.error("failed to sync - %s", fut.exception())

@@ -39,6 +39,7 @@ import logging
 import os
 import struct
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH, decode_message
 from nsq.server.nsqd.atomicfile import replace_atomically
@@ -83,7 +84,7 @@ class DeferredLog:
         self.name = name
         self.path = os.path.join(data_path, f"{name}.deferred.dat")
         self.sync_every = max(1, sync_every)
-        self.background: Callable[[Callable[[], None]], object] | None = None
+        self.background: Callable[[Callable[[], None]], Future[None]] | None = None
         #: with ``sync_every == 1``: called after each append instead of an
         #: inline fsync (see DiskQueue.strict_hook)
         self.strict_hook: Callable[[DeferredLog], None] | None = None
@@ -152,7 +153,7 @@ class DeferredLog:
         self._dirty = False
         self._writes_since_sync = 0
 
-    def sync_in_background(self):
+    def sync_in_background(self) -> Future[None] | None:
         """fsync a dup of the file in the disk thread (inline without one).
 
         Returns:

@@ -77,6 +77,7 @@ import re
 import struct
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from itertools import chain
 
 from .backend import BackendFull, BackendQueue
@@ -126,7 +127,7 @@ class DiskQueue(BackendQueue):
         self._writes_since_sync = 0
         #: runs a callable in the owner's disk thread (``executor.submit``);
         #: None syncs inline. See :meth:`sync_in_background`.
-        self.background: Callable[[Callable[[], None]], object] | None = None
+        self.background: Callable[[Callable[[], None]], Future[None]] | None = None
         #: with ``sync_every == 1``: called with this queue after each write
         #: instead of an inline sync; the owner must sync before answering OK
         self.strict_hook: Callable[[DiskQueue], None] | None = None
@@ -363,7 +364,7 @@ class DiskQueue(BackendQueue):
         self._bg_failed = False
         self._writes_since_sync = 0
 
-    def sync_in_background(self):
+    def sync_in_background(self) -> Future[None] | None:
         """Sync in the owner's disk thread (:attr:`background`) so the caller
         does not wait for fsync; inline when no thread is set.
 

@@ -1,9 +1,11 @@
 """Graceful drain before a shutdown (beyond Go nsqd, where SIGTERM closes
-at once; nsqio/nsq #1254 asks for this): a mixin of
-:class:`~nsq.server.nsqd.nsqd.NSQD` (the attributes it uses are set there).
+at once; nsqio/nsq #1254 asks for this).
 
-``nsq nsqd --drain-timeout`` drains on SIGTERM/SIGINT (``serve_daemon`` in
-nsq/commands/_go.py); ``POST /drain`` calls :meth:`Draining.request_drain`.
+:class:`DrainController` is owned by :class:`~nsq.server.nsqd.nsqd.NSQD`
+(``nsqd.drainer``); ``NSQD.drain``, ``request_drain``, ``skip_drain`` and
+``in_flight_count`` call it. ``nsq nsqd --drain-timeout`` drains on
+SIGTERM/SIGINT (``serve_daemon`` in nsq/commands/_go.py); ``POST /drain``
+calls :meth:`DrainController.request`.
 """
 
 from __future__ import annotations
@@ -11,53 +13,60 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING
 
-__all__ = ["Draining"]
+if TYPE_CHECKING:
+    from nsq.server.nsqd.nsqd import NSQD
+
+__all__ = ["DrainController"]
 
 log = logging.getLogger("nsq.nsqd")
 
 
-class Draining:
-    """Draining an nsqd: :meth:`drain`, :meth:`skip_drain`, :meth:`request_drain`."""
+class DrainController:
+    """Draining one nsqd: :meth:`drain`, :meth:`skip`, :meth:`request`.
+
+    The daemon's ``draining`` flag (read by topics, channels and HTTP) is
+    set here, on the daemon itself.
+    """
 
     #: s between checks of what is still in flight while draining
-    DRAIN_POLL = 0.05
+    POLL = 0.05
+
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        #: set to end a drain's wait early (a second SIGTERM); made by the first drain
+        self._skip: asyncio.Event | None = None
 
     def in_flight_count(self) -> int:
         """Messages in flight over every channel."""
-        return sum(len(c.in_flight) for t in self.topics.values() for c in t.channels.values())
+        return sum(len(c.in_flight) for t in self.nsqd.topics.values() for c in t.channels.values())
 
     async def drain(self, timeout: float) -> bool:
-        """Drain before a shutdown (beyond Go nsqd): unregister from every
-        lookupd (consumers and ``nsq pub`` stop finding this nsqd), stop
-        accepting TCP (V2) connections, refuse publishes (``E_PUB_FAILED
-        PUB failed draining``, HTTP 503 ``DRAINING``), deliver nothing new,
-        and wait until every message in flight is finished or requeued, at
-        most ``timeout`` s (:meth:`skip_drain` ends the wait). The HTTP
-        listener stays open so health checks see ``/ping`` answer 503
-        ``DRAINING`` (and ``/stats`` shows the drain). Call :meth:`stop`
-        after it: what is still in flight is persisted as usual.
+        """Drain before a shutdown (see :meth:`NSQD.drain
+        <nsq.server.nsqd.nsqd.NSQD.drain>`), waiting at most ``timeout`` s.
 
         Returns:
             True if nothing was left in flight.
         """
-        if self.exiting:
+        nsqd = self.nsqd
+        if nsqd.exiting:
             return self.in_flight_count() == 0
-        if not self.draining:
-            self.draining = True
+        if not nsqd.draining:
+            nsqd.draining = True
             log.info("NSQ: draining (up to %.1fs for %d messages in flight)", timeout, self.in_flight_count())
-            self._skip_drain = asyncio.Event()
-            await self.lookupds.close()
-            if self._tcp_server is not None:
-                self._tcp_server.close()
-        assert self._skip_drain is not None
+            self._skip = asyncio.Event()
+            await nsqd.lookupds.close()
+            nsqd.stop_accepting()
+        skip = self._skip
+        assert skip is not None  # made above by the first drain
         deadline = time.monotonic() + timeout
-        while self.in_flight_count() and not self._skip_drain.is_set():
+        while self.in_flight_count() and not skip.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             try:
-                await asyncio.wait_for(self._skip_drain.wait(), min(self.DRAIN_POLL, left))
+                await asyncio.wait_for(skip.wait(), min(self.POLL, left))
             except asyncio.TimeoutError:
                 pass
         remaining = self.in_flight_count()
@@ -67,21 +76,20 @@ class Draining:
             log.info("NSQ: drained")
         return remaining == 0
 
-    def skip_drain(self) -> None:
+    def skip(self) -> None:
         """End a drain's wait now (a second SIGTERM)."""
-        if self._skip_drain is not None:
-            self._skip_drain.set()
+        if self._skip is not None:
+            self._skip.set()
 
-    def request_drain(self) -> None:
+    def request(self) -> None:
         """``POST /drain``: drain (``--drain-timeout``) and stop, in the
-        background; :meth:`wait_stopped` returns once it is done."""
-        if self.draining or self.exiting:
+        background; ``NSQD.wait_stopped`` returns once it is done."""
+        nsqd = self.nsqd
+        if nsqd.draining or nsqd.exiting:
             return
 
         async def drain_and_stop() -> None:
-            await self.drain(self.options.drain_timeout)
-            await self.stop()
+            await self.drain(nsqd.options.drain_timeout)
+            await nsqd.stop()
 
-        task = asyncio.get_running_loop().create_task(drain_and_stop())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        nsqd.run_in_background(drain_and_stop())

@@ -11,8 +11,10 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from nsq import NSQ_VERSION
 from nsq.protocol.names import is_valid_channel_name
@@ -22,15 +24,21 @@ from nsq._internal.addresses import split_host_port
 from nsq._internal.neterrors import listen_errors
 from nsq.server.nsqd.backend import BackendQueue
 from nsq.server.nsqd.datapath import DataPath
-from nsq.server.nsqd.drain import Draining
+from nsq.server.nsqd.drain import DrainController
 from nsq.server.nsqd.deadletter import ChannelSettings
 from nsq.server.nsqd.lookup import Lookupds
 from nsq.server.nsqd.options import ConfigError, NSQDOptions, validate
 from nsq.server.nsqd.topic import Topic
 
 if TYPE_CHECKING:
+    import aiohttp
+
+    from nsq.client.lookupd import LookupdHTTPClient
     from nsq.server.nsqd.channel import Channel
     from nsq.server.nsqd.client_v2 import ClientV2
+    from nsq.server.nsqd.deferredlog import DeferredLog
+    from nsq.server.nsqd.http import NSQDHTTPServer
+    from nsq.server.nsqd.statsd import StatsdPusher
 
 __all__ = ["NSQD", "split_host_port"]
 
@@ -40,7 +48,7 @@ log = logging.getLogger("nsq.nsqd")
 SCAN_INTERVAL = 0.1
 
 
-class NSQD(Draining):
+class NSQD:
     """The nsqd daemon.
 
     Args:
@@ -75,8 +83,8 @@ class NSQD(Draining):
         self._armed: set[Channel] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tcp_server: asyncio.base_events.Server | None = None
-        self._http = None
-        self._scan_task: asyncio.Task | None = None
+        self._http: NSQDHTTPServer | None = None
+        self._scan_task: asyncio.Task[None] | None = None
         self._stopped: asyncio.Event | None = None
         self.tcp_host = ""
         self.tcp_port = 0
@@ -85,14 +93,15 @@ class NSQD(Draining):
         self.https_host = ""
         self.https_port = 0
         #: server SSLContext for the tls_v1 upgrade and HTTPS (None: TLS off)
-        self.tls_context = None
+        self.tls_context: ssl.SSLContext | None = None
         #: effective --tls-required: "false", "true" or "tcp-https"
         self.tls_required = "false"
         self.start_time = int(time.time())
         self.exiting = False
         #: True from the start of a drain (:meth:`drain`) until exit
         self.draining = False
-        self._skip_drain: asyncio.Event | None = None
+        #: drains before a shutdown (:meth:`drain`, :meth:`request_drain`)
+        self.drainer = DrainController(self)
         self.health = "OK"
         #: where disk queues and nsqd.dat live; "" = memory only
         self.data_path = self.options.data_path
@@ -104,12 +113,12 @@ class NSQD(Draining):
         self.settings = ChannelSettings(self.data_path)
         #: connections to the nsqlookupds (--lookupd-tcp-address)
         self.lookupds = Lookupds(self)
-        self._lookupd_http = None
-        self._auth_session = None
+        self._lookupd_http: LookupdHTTPClient | None = None
+        self._auth_session: aiohttp.ClientSession | None = None
         self._metadata_loaded = False
-        self._background: set[asyncio.Task] = set()
+        self._background: set[asyncio.Task[None]] = set()
         #: the --statsd-address push (None when off)
-        self.statsd = None
+        self.statsd: StatsdPusher | None = None
         self._gc_pauses_held = False
 
     # -- lifecycle ---------------------------------------------------------------
@@ -156,27 +165,25 @@ class NSQD(Draining):
         self.tcp_host, self.tcp_port = sockname[0], sockname[1]
         reserve = os.path.join(self.data_path, self.disk.RESERVE_FILE) if self.data_path else ""
         made_reserve = bool(reserve) and not os.path.exists(reserve)
+        http = self._http = NSQDHTTPServer(self)
         try:
-            self._http = NSQDHTTPServer(self)
-            self.http_host, self.http_port = await self._http.bind(self.options.http_address)
+            self.http_host, self.http_port = await http.bind(self.options.http_address)
             if self.tls_context is not None and self.options.https_address:
-                self.https_host, self.https_port = await self._http.bind(self.options.https_address,
-                                                                         self.tls_context)
+                self.https_host, self.https_port = await http.bind(self.options.https_address, self.tls_context)
             if self.data_path:
                 self.disk.open()
                 self._load_metadata()
                 self._metadata_loaded = True
         except BaseException:
             self._tcp_server.close()
-            if self._http is not None:
-                await self._http.stop()
+            await http.stop()
             self.disk.unlock()
             if made_reserve:
                 with contextlib.suppress(OSError):
                     os.remove(reserve)
             raise
         await self._tcp_server.start_serving()
-        await self._http.serve()
+        await http.serve()
         log.info("TCP: listening on %s", _fmt_addr(self.tcp_host, self.tcp_port))
         log.info("HTTP: listening on %s", _fmt_addr(self.http_host, self.http_port))
         if self.https_port:
@@ -198,7 +205,7 @@ class NSQD(Draining):
             self.statsd = StatsdPusher(self)
             self.statsd.start()
 
-    def auth_session(self):
+    def auth_session(self) -> aiohttp.ClientSession:
         """The aiohttp session AUTH queries use (``--http-client-*-timeout``)."""
         if self._auth_session is None:
             import aiohttp
@@ -339,15 +346,15 @@ class NSQD(Draining):
         """The overflow backend for a topic or channel (:meth:`DataPath.make_backend`)."""
         return self.disk.make_backend(name, ephemeral)
 
-    def make_deferred_log(self, name: str, ephemeral: bool):
+    def make_deferred_log(self, name: str, ephemeral: bool) -> DeferredLog | None:
         """The deferred log of a durable channel, or None (:meth:`DataPath.make_deferred_log`)."""
         return self.disk.make_deferred_log(name, ephemeral)
 
-    def durability_barrier(self) -> asyncio.Future | None:
+    def durability_barrier(self) -> asyncio.Future[Any] | None:
         """The fsyncs owed before answering OK (:meth:`DataPath.durability_barrier`)."""
         return self.disk.durability_barrier()
 
-    def forget_backend(self, backend) -> None:
+    def forget_backend(self, backend: Any) -> None:
         """Stop syncing a backend that was closed or deleted."""
         self.disk.forget_backend(backend)
 
@@ -361,7 +368,7 @@ class NSQD(Draining):
             self.persist_metadata_soon()
         self.lookupds.register(topic.name, channel.name)
 
-    def channel_settings(self, topic: str, channel: str) -> dict:
+    def channel_settings(self, topic: str, channel: str) -> dict[str, Any]:
         """A channel's own settings ({} for the daemon's defaults)."""
         return self.settings.get(topic, channel)
 
@@ -404,19 +411,18 @@ class NSQD(Draining):
                 log.error("no available nsqlookupd to query for channels to pre-create for topic %s", topic.name)
             return
         topic.starting = True
-        task = asyncio.get_running_loop().create_task(self._query_channels(topic, addrs))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self.run_in_background(self._query_channels(topic, addrs))
 
     async def _query_channels(self, topic: Topic, addrs: list[str]) -> None:
         try:
-            if self._lookupd_http is None:
+            client = self._lookupd_http
+            if client is None:
                 from nsq.client.lookupd import LookupdHTTPClient
 
-                self._lookupd_http = LookupdHTTPClient(self.options.http_client_connect_timeout,
-                                                       self.options.http_client_request_timeout,
-                                                       user_agent=f"nsqd/{NSQ_VERSION}")
-            names, errors = await self._lookupd_http.channels_all(addrs, topic.name)
+                client = self._lookupd_http = LookupdHTTPClient(self.options.http_client_connect_timeout,
+                                                                self.options.http_client_request_timeout,
+                                                                user_agent=f"nsqd/{NSQ_VERSION}")
+            names, errors = await client.channels_all(addrs, topic.name)
             for err in errors:
                 log.warning("failed to query nsqlookupd for channels to pre-create for topic %s - %s",
                             topic.name, err)
@@ -508,12 +514,12 @@ class NSQD(Draining):
                 log.error("NSQ: unhealthy: %s", error)
             self.health = error
 
-    def call_soon(self, callback) -> None:
+    def call_soon(self, callback: Callable[[], Any]) -> None:
         """Run ``callback`` on the next loop turn (or now without a loop)."""
         if self._loop is not None and not self.exiting:
             self._loop.call_soon(callback)
 
-    def call_later(self, delay: float, callback) -> None:
+    def call_later(self, delay: float, callback: Callable[[], Any]) -> None:
         """Run ``callback`` after ``delay`` s (nothing once exiting)."""
         if self._loop is not None and not self.exiting:
             self._loop.call_later(delay, callback)
@@ -629,6 +635,50 @@ class NSQD(Draining):
             self.disk.write_files(files, done)
         else:
             done([])
+
+    # -- drain (beyond Go nsqd; nsq/server/nsqd/drain.py) ------------------------
+
+    def in_flight_count(self) -> int:
+        """Messages in flight over every channel."""
+        return self.drainer.in_flight_count()
+
+    async def drain(self, timeout: float) -> bool:
+        """Drain before a shutdown (beyond Go nsqd): unregister from every
+        lookupd (consumers and ``nsq pub`` stop finding this nsqd), stop
+        accepting TCP (V2) connections, refuse publishes (``E_PUB_FAILED
+        PUB failed draining``, HTTP 503 ``DRAINING``), deliver nothing new,
+        and wait until every message in flight is finished or requeued, at
+        most ``timeout`` s (:meth:`skip_drain` ends the wait). The HTTP
+        listener stays open so health checks see ``/ping`` answer 503
+        ``DRAINING`` (and ``/stats`` shows the drain). Call :meth:`stop`
+        after it: what is still in flight is persisted as usual.
+
+        Returns:
+            True if nothing was left in flight.
+        """
+        return await self.drainer.drain(timeout)
+
+    def skip_drain(self) -> None:
+        """End a drain's wait now (a second SIGTERM)."""
+        self.drainer.skip()
+
+    def request_drain(self) -> None:
+        """``POST /drain``: drain (``--drain-timeout``) and stop, in the
+        background; :meth:`wait_stopped` returns once it is done."""
+        self.drainer.request()
+
+    def stop_accepting(self) -> None:
+        """Close the TCP listener: no new V2 connections (the open ones and
+        the HTTP listener stay)."""
+        if self._tcp_server is not None:
+            self._tcp_server.close()
+
+    def run_in_background(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a task of this daemon (:meth:`stop` cancels what
+        is still running, except the task that calls it)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # -- helpers -----------------------------------------------------------------
 

@@ -51,6 +51,7 @@ import logging
 import os
 import struct
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from google_crc32c import value as _crc
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
@@ -174,7 +175,7 @@ class TopicLog:
         self.sync_every = max(1, sync_every)
         self.error: str | None = None
         #: runs a callable in the owner's disk thread; None syncs inline
-        self.background: Callable[[Callable[[], None]], object] | None = None
+        self.background: Callable[[Callable[[], None]], Future[None]] | None = None
         #: with ``sync_every == 1``: called after each append instead of an
         #: inline fsync; the owner syncs before answering the publish
         self.strict_hook: Callable[[TopicLog], None] | None = None
@@ -394,7 +395,7 @@ class TopicLog:
         self._dirty = False
         self._writes_since_sync = 0
 
-    def sync_in_background(self):
+    def sync_in_background(self) -> Future[None] | None:
         """fsync a dup of the newest segment in the disk thread (inline
         without one). Returns the thread's future, or None."""
         if self._wfd is None or not self._dirty:
