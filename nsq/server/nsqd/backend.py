@@ -13,6 +13,7 @@ module defines the interface and the two backends that need no disk:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -131,7 +132,7 @@ class DiscardBackend(BackendQueue):
         self.dropped = 0
         self._reported = 0  # ``dropped`` at the last report
         self._last_report = -REPORT_NEVER
-        self._timer = None  # asyncio.TimerHandle while a report is due
+        self._timer: asyncio.TimerHandle | None = None  # while a report is due
 
     def put(self, record: bytes) -> None:
         self.dropped += 1
@@ -145,7 +146,6 @@ class DiscardBackend(BackendQueue):
 
     def _note_drop(self) -> None:
         """Report now if the last report is old enough, else schedule one."""
-        import asyncio
         import time
 
         wait = self._last_report + self.REPORT_EVERY - time.monotonic()
