@@ -6,16 +6,22 @@ streaming source) and :class:`SinkSettings` (the batch and streaming sink)
 without importing pyspark, so the checks run (and are tested) anywhere.
 
 Names: the data source's own options are Spark style
-(``maxMessagesPerTrigger``, ``numPartitions`` ...); addresses and the
+(``maxMessagesPerTrigger``, ``numPartitions``, ``startingOffsets`` ...); addresses and the
 client options are go-nsq Config names, exactly as ``nsq tail
 --consumer-opt`` takes them (``max_in_flight``, ``msg_timeout``,
 ``tls_v1``, ``tls_root_ca_file``, ``snappy``, ``deflate``,
 ``auth_secret`` ...; see :data:`nsq.client.options.GO_NSQ_OPTIONS`).
 Durations are Go durations (``"30s"``, ``"250ms"``) or plain milliseconds.
+
+The source has two modes (option ``mode``, :data:`SOURCE_MODES`):
+``inflight`` (:func:`source_settings`, :mod:`nsq.spark.source`) and
+``offsets`` (:func:`offset_source_settings`, :mod:`nsq.spark.offsets`), for
+nsqds started with ``--storage=wal``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,15 +29,24 @@ from typing import Any
 from nsq.client.errors import ClientConfigError
 from nsq.client.options import GO_NSQ_OPTIONS, parse_opts
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
+from nsq._internal.addresses import split_host_port
 from nsq._internal.durations import parse_duration
 
 __all__ = [
     "DEFAULT_CHANNEL",
     "DEFAULT_MAX_IN_FLIGHT",
+    "DEFAULT_MAX_RECORDS_PER_PARTITION",
+    "EARLIEST",
+    "LATEST",
+    "OffsetSourceSettings",
+    "SOURCE_MODES",
     "SinkSettings",
     "SourceSettings",
     "client_pairs",
+    "http_key",
+    "offset_source_settings",
     "sink_settings",
+    "source_mode",
     "source_settings",
 ]
 
@@ -49,8 +64,21 @@ DEFAULT_SINK_BATCH_SIZE = 500
 
 # options Spark itself may put in a data source's map
 _SPARK_OWN = {"path", "paths", "checkpointlocation", "queryname"}
-_SOURCE_OWN = {"topic", "channel", "nsqd_tcp_address", "lookupd_http_address", "maxmessagespertrigger",
-               "numpartitions", "fetchwait", "availablenowidle", "connections"}
+#: the values of the source's ``mode`` option: ``auto`` picks ``offsets``
+#: when every nsqd of the topic keeps it in a topic log (``--storage=wal``)
+SOURCE_MODES = ("auto", "offsets", "inflight")
+#: in a startingOffsets / endingOffsets JSON: the oldest retained message,
+#: the head (as Kafka's -2 and -1)
+EARLIEST, LATEST = -2, -1
+#: offsets source: messages per Spark partition at most when
+#: maxRecordsPerPartition is not set (a range of one nsqd's log is split
+#: into pieces of at most this many, which tasks read side by side)
+DEFAULT_MAX_RECORDS_PER_PARTITION = 100_000
+
+_SOURCE_OWN = {"topic", "channel", "nsqd_tcp_address", "nsqd_http_address", "lookupd_http_address",
+               "maxmessagespertrigger", "numpartitions", "fetchwait", "availablenowidle", "connections", "mode",
+               "startingoffsets", "endingoffsets", "maxoffsetspertrigger", "minpartitions",
+               "maxrecordsperpartition", "failondataloss"}
 _SINK_OWN = {"topic", "nsqd_tcp_address", "lookupd_http_address", "batchsize"}
 
 
@@ -108,10 +136,13 @@ def client_pairs(options: Mapping[str, str], own: set[str]) -> tuple[str, ...]:
     return tuple(pairs)
 
 
-def _addresses(options: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _addresses(options: Mapping[str, str], source: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
     nsqds = _split(options.get("nsqd_tcp_address"))
     lookupds = _split(options.get("lookupd_http_address"))
     if not nsqds and not lookupds:
+        if source:
+            raise ClientConfigError("set option lookupd_http_address, nsqd_tcp_address or nsqd_http_address "
+                                    "(comma lists)")
         raise ClientConfigError("set option nsqd_tcp_address or lookupd_http_address (comma lists)")
     return nsqds, lookupds
 
@@ -180,13 +211,7 @@ class SourceSettings:
         return identify, kwargs
 
 
-def source_settings(options: Mapping[str, str]) -> SourceSettings:
-    """Check the streaming source's options.
-
-    Raises:
-        ClientConfigError: no or invalid topic/channel, no address, a number
-            or duration that does not parse, an unknown option name.
-    """
+def _topic_channel(options: Mapping[str, str]) -> tuple[str, str]:
     topic = (options.get("topic") or "").strip()
     if not is_valid_topic_name(topic):
         raise ClientConfigError(f"option topic: {topic!r} is not a valid topic name" if topic
@@ -194,7 +219,18 @@ def source_settings(options: Mapping[str, str]) -> SourceSettings:
     channel = (options.get("channel") or DEFAULT_CHANNEL).strip()
     if not is_valid_channel_name(channel):
         raise ClientConfigError(f"option channel: {channel!r} is not a valid channel name")
-    nsqds, lookupds = _addresses(options)
+    return topic, channel
+
+
+def source_settings(options: Mapping[str, str]) -> SourceSettings:
+    """Check the streaming source's options.
+
+    Raises:
+        ClientConfigError: no or invalid topic/channel, no address, a number
+            or duration that does not parse, an unknown option name.
+    """
+    topic, channel = _topic_channel(options)
+    nsqds, lookupds = _addresses(options, source=True)
     pairs = client_pairs(options, _SOURCE_OWN)
     identify, _ = parse_opts(list(pairs), consumer=True)  # fail early on bad values
     max_in_flight = _int(options, "max_in_flight", DEFAULT_MAX_IN_FLIGHT, 1)
@@ -213,6 +249,169 @@ def source_settings(options: Mapping[str, str]) -> SourceSettings:
         available_now_idle=_seconds(options, "availableNowIdle", 2.0),
         client_options=pairs,
         msg_timeout=msg_timeout / 1000.0 if msg_timeout else None,
+    )
+
+
+def source_mode(options: Mapping[str, str]) -> str:
+    """The ``mode`` option: ``auto`` (default), ``offsets`` or ``inflight``.
+
+    Raises:
+        ClientConfigError: another value.
+    """
+    mode = str(options.get("mode") or "auto").strip().lower()
+    if mode not in SOURCE_MODES:
+        raise ClientConfigError(f"option mode: {mode!r} is not one of {', '.join(SOURCE_MODES)}")
+    return mode
+
+
+def http_key(address: str) -> str:
+    """An nsqd's HTTP address as the offsets source names it (the key of
+    its offsets JSON, its ``nsqd`` column): ``host:port``, without
+    ``http://`` or a trailing ``/``; an ``https://`` address keeps its scheme.
+
+    Raises:
+        ClientConfigError: no port.
+    """
+    text = address.strip().rstrip("/")
+    if text.lower().startswith("http://"):
+        text = text[7:]
+    rest = text[8:] if text.lower().startswith("https://") else text
+    try:
+        split_host_port(rest)
+    except ValueError as exc:
+        raise ClientConfigError(f"nsqd HTTP address {address!r}: {exc}") from None
+    return text
+
+
+#: an offsets option: "earliest", "latest", or {nsqd HTTP address: offset}
+OffsetSpec = str | dict[str, int]
+
+
+def _offset_spec(options: Mapping[str, str], name: str, topic: str, default: str, ending: bool) -> OffsetSpec:
+    """``startingOffsets`` / ``endingOffsets``: ``earliest``, ``latest``, or
+    JSON ``{"<nsqd http host:port>": {"<topic>": N}}`` with N an offset,
+    -2 (earliest, starting only) or -1 (latest)."""
+    raw = options.get(name.lower())
+    text = str(raw).strip() if raw is not None else ""
+    if not text:
+        return default
+    if text.lower() in ("earliest", "latest"):
+        if ending and text.lower() == "earliest":
+            raise ClientConfigError(f"option {name}: earliest is not an end (use latest or offsets)")
+        return text.lower()
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise ClientConfigError(f"option {name}: {text!r} is neither earliest, latest nor JSON "
+                                f'{{"<nsqd http host:port>": {{"{topic}": offset}}}}') from None
+    if not isinstance(doc, dict):
+        raise ClientConfigError(f"option {name}: the JSON must be an object of nsqd HTTP addresses")
+    out: dict[str, int] = {}
+    lowest = LATEST if ending else EARLIEST
+    for address, per_topic in doc.items():
+        if not isinstance(per_topic, dict):
+            raise ClientConfigError(f"option {name}: {address!r} must map to {{\"{topic}\": offset}}")
+        for t, offset in per_topic.items():
+            if t != topic:
+                raise ClientConfigError(f"option {name}: names topic {t!r}, the source reads {topic!r}")
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < lowest:
+                raise ClientConfigError(f"option {name}: {address} {t}: {offset!r} is not an offset "
+                                        f"(>= 0, {'-1 latest' if ending else '-2 earliest, -1 latest'})")
+            out[http_key(address)] = offset
+    return out
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name.lower())
+    if raw is None or str(raw).strip() == "":
+        return default
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise ClientConfigError(f"option {name}: {raw!r} is not true or false")
+    return text == "true"
+
+
+@dataclass(frozen=True)
+class OffsetSourceSettings:
+    """What the offsets source (:mod:`nsq.spark.offsets`) was asked for.
+
+    Attributes:
+        topic: the topic to read.
+        channel: the progress channel a streaming query keeps on every
+            nsqd (its offset is the query's committed position).
+        nsqd_http_addresses: nsqds to read, as :func:`http_key` names them.
+        lookupd_http_addresses: nsqlookupds to find the topic's nsqds with.
+        starting_offsets, ending_offsets: ``"earliest"``, ``"latest"`` or
+            ``{nsqd: offset}`` (:data:`EARLIEST`, :data:`LATEST` allowed);
+            ``ending_offsets`` is for batch queries only.
+        max_offsets_per_trigger: messages per micro-batch at most, over all
+            nsqds (None: everything up to the heads).
+        min_partitions: Spark partitions per batch at least (None: one per
+            nsqd range, split by ``max_records_per_partition``).
+        max_records_per_partition: messages per Spark partition at most.
+        fail_on_data_loss: an offset retention has deleted (or a log that
+            went back) fails the query; False: read on from what is left.
+        fetch_wait: seconds ``latestOffset`` keeps looking (every 50 ms)
+            when no head has moved, before it answers "nothing new".
+        auth_secret: sent as ``Authorization: Bearer`` (nsqd
+            ``--http-auth-required``); "" sends none.
+    """
+
+    topic: str
+    channel: str = DEFAULT_CHANNEL
+    nsqd_http_addresses: tuple[str, ...] = ()
+    lookupd_http_addresses: tuple[str, ...] = ()
+    starting_offsets: OffsetSpec = "latest"
+    ending_offsets: OffsetSpec = "latest"
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    max_records_per_partition: int = DEFAULT_MAX_RECORDS_PER_PARTITION
+    fail_on_data_loss: bool = True
+    fetch_wait: float = 0.25
+    auth_secret: str = ""
+
+
+def offset_source_settings(options: Mapping[str, str], batch: bool = False) -> OffsetSourceSettings:
+    """Check the offsets source's options (``batch``: for
+    ``spark.read``, whose startingOffsets default to earliest and which
+    takes endingOffsets).
+
+    Raises:
+        ClientConfigError: no or invalid topic/channel, no HTTP address
+            (``nsqd_tcp_address`` alone cannot be read by offset), a bad
+            offsets option or number, an unknown option name.
+    """
+    topic, channel = _topic_channel(options)
+    nsqds = tuple(dict.fromkeys(http_key(a) for a in _split(options.get("nsqd_http_address"))))
+    lookupds = _split(options.get("lookupd_http_address"))
+    if not nsqds and not lookupds:
+        raise ClientConfigError("the offsets mode reads nsqds over HTTP: set option nsqd_http_address or "
+                                "lookupd_http_address (comma lists)")
+    pairs = client_pairs(options, _SOURCE_OWN)
+    _, kwargs = parse_opts(list(pairs), consumer=True)
+    if not batch and options.get("endingoffsets"):
+        raise ClientConfigError("option endingOffsets is for batch queries (spark.read), not streams")
+    per_trigger = _int(options, "maxOffsetsPerTrigger", None, 1)
+    if per_trigger is None:
+        per_trigger = _int(options, "maxMessagesPerTrigger", None, 1)
+    min_partitions = _int(options, "minPartitions", None, 1)
+    if min_partitions is None:
+        min_partitions = _int(options, "numPartitions", None, 1)
+    per_partition = _int(options, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION, 1)
+    assert per_partition is not None
+    return OffsetSourceSettings(
+        topic=topic,
+        channel=channel,
+        nsqd_http_addresses=nsqds,
+        lookupd_http_addresses=lookupds,
+        starting_offsets=_offset_spec(options, "startingOffsets", topic, "earliest" if batch else "latest", False),
+        ending_offsets=_offset_spec(options, "endingOffsets", topic, "latest", True),
+        max_offsets_per_trigger=per_trigger,
+        min_partitions=min_partitions,
+        max_records_per_partition=per_partition,
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        fetch_wait=_seconds(options, "fetchWait", 0.25),
+        auth_secret=str(kwargs.get("auth_secret") or ""),
     )
 
 

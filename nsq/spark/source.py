@@ -431,27 +431,62 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class NSQDataSource(DataSource):
-    """The ``nsq`` data source: ``spark.readStream.format("nsq")`` and
+    """The ``nsq`` data source: ``spark.readStream.format("nsq")``,
+    ``spark.read.format("nsq")`` (offsets mode only) and
     ``df.write.format("nsq")`` / ``df.writeStream.format("nsq")``.
 
-    Register it with :func:`nsq.spark.register`. Batch reads of a live topic
-    are refused: use a stream with ``Trigger.AvailableNow``, or
-    ``format("nsq-archive")`` for what ``nsq to-file`` wrote.
+    The source has two modes, chosen by option ``mode`` or, with ``auto``
+    (the default), by what the nsqds report when Spark asks for the schema
+    (:func:`nsq.spark.mode.choose_mode`): ``offsets``
+    (:mod:`nsq.spark.offsets`, nsqds with ``--storage=wal``; schema
+    :data:`~nsq.spark.offsets.OFFSETS_SCHEMA`) and ``inflight`` (this
+    module; :data:`STREAM_SCHEMA`). The schema carries the choice to the
+    readers. Register it with :func:`nsq.spark.register`. Batch reads of a
+    topic that is not in a topic log are refused: use a stream with
+    ``Trigger.AvailableNow``, or ``format("nsq-archive")`` for what ``nsq
+    to-file`` wrote.
     """
 
     @classmethod
     def name(cls) -> str:
         return "nsq"
 
+    def _mode(self) -> str:
+        mode = getattr(self, "_chosen_mode", None)
+        if mode is None:
+            from nsq.spark.mode import choose_mode
+
+            mode = self._chosen_mode = choose_mode(self.options)
+        return mode
+
     def schema(self) -> StructType:
+        if self._mode() == "offsets":
+            from nsq.spark.offsets import OFFSETS_STRUCT
+
+            return OFFSETS_STRUCT
         return _STREAM_STRUCT
 
-    def streamReader(self, schema: StructType) -> NSQStreamReader:
+    def streamReader(self, schema: StructType) -> Any:
+        from nsq.spark.mode import offsets_schema, with_tcp_addresses
+
+        if offsets_schema(schema, self.options):
+            from nsq.spark.offsets import NSQOffsetStreamReader
+            from nsq.spark.options import offset_source_settings
+
+            return NSQOffsetStreamReader(offset_source_settings(self.options), schema)
         _check_schema(schema)
-        return NSQStreamReader(source_settings(self.options), schema)
+        return NSQStreamReader(source_settings(with_tcp_addresses(self.options)), schema)
 
     def reader(self, schema: StructType) -> Any:
-        raise ValueError("the nsq data source reads streams only: use spark.readStream.format('nsq') "
+        from nsq.spark.mode import offsets_schema
+
+        if offsets_schema(schema, self.options):
+            from nsq.spark.offsets import NSQOffsetBatchReader
+            from nsq.spark.options import offset_source_settings
+
+            return NSQOffsetBatchReader(offset_source_settings(self.options, batch=True), schema)
+        raise ValueError("the nsq data source reads topics in batch only from nsqds started with "
+                         "--storage=wal (by offset); otherwise use spark.readStream.format('nsq') "
                          "(with Trigger.AvailableNow to drain a channel once), or "
                          "spark.read.format('nsq-archive').load(path) for nsq to-file archives")
 

@@ -34,7 +34,7 @@ def test_source_durations():
     ({"nsqd_tcp_address": "x:1"}, "topic is required"),
     ({"topic": "bad topic", "nsqd_tcp_address": "x:1"}, "not a valid topic"),
     ({"topic": "t", "channel": "c!", "nsqd_tcp_address": "x:1"}, "not a valid channel"),
-    ({"topic": "t"}, "nsqd_tcp_address or lookupd_http_address"),
+    ({"topic": "t"}, "lookupd_http_address, nsqd_tcp_address or nsqd_http_address"),
     ({"topic": "t", "nsqd_tcp_address": "x:1", "maxmessagespertrigger": "0"}, "below 1"),
     ({"topic": "t", "nsqd_tcp_address": "x:1", "maxmessagespertrigger": "many"}, "not an integer"),
     ({"topic": "t", "nsqd_tcp_address": "x:1", "fetchwait": "soon"}, "not a duration"),
