@@ -44,9 +44,8 @@ async def roundtrip(nsqd, identify: dict, n: int = 200, **conn) -> tuple[list[by
 
 
 def client_stats(nsqd) -> list[dict]:
-    from nsq.server.nsqd.stats import client_stats as stats_of
-
-    return [stats_of(c) for c in nsqd.clients.values()]
+    """Each connection's /stats client object."""
+    return [c.stats().to_json() for c in nsqd.clients.values()]
 
 
 @pytest.mark.parametrize("features", [{"snappy": True}, {"deflate": True, "deflate_level": 9}])

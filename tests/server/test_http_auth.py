@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import types
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -39,6 +40,15 @@ from nsq.server.nsqd.httpauth import (
 )
 from nsq.server.nsqd.nsqd import NSQD
 from nsq.server.nsqd.options import ConfigError, NSQDOptions, load_config
+from nsq.server.nsqd.stats import (
+    ChannelStats,
+    ClientStats,
+    E2ELatency,
+    MemoryStats,
+    NSQDStats,
+    PubCount,
+    TopicStats,
+)
 from tests.tlsutil import make_pki
 
 # -- a local auth server -----------------------------------------------------------
@@ -104,42 +114,48 @@ def test_bearer_secret_and_grants():
     assert not may_subscribe_topic(no_channels, "events")
 
 
-def _stats() -> dict:
-    def channel(name: str) -> dict:
-        return {"channel_name": name, "depth": 1, "clients": []}
+def _stats() -> NSQDStats:
+    def latency(topic: str, channel: str = "") -> E2ELatency:
+        return E2ELatency(0, None, topic, channel, "h")
 
-    return {
-        "version": "1.2.1", "health": "OK", "start_time": 1,
-        "topics": [
-            {"topic_name": "events", "channels": [channel("archive"), channel("secret")], "depth": 2},
-            {"topic_name": "other", "channels": [channel("c")], "depth": 3},
-        ],
-        "memory": {"heap_objects": 1},
-        "producers": [
-            {"client_id": "p1", "pub_counts": [{"topic": "events", "count": 5}, {"topic": "other", "count": 1}]},
-            {"client_id": "p2", "pub_counts": [{"topic": "other", "count": 7}]},
-        ],
-    }
+    def channel(topic: str, name: str) -> ChannelStats:
+        return ChannelStats(name, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, [], False, latency(topic, name))
+
+    def topic(name: str, channels: list[str], depth: int) -> TopicStats:
+        return TopicStats(name, [channel(name, c) for c in channels], depth, 0, 0, 0, False, latency(name))
+
+    def producer(client_id: str, counts: dict[str, int]) -> ClientStats:
+        return ClientStats(client_id, "h", "V2", "10.0.0.1:5000", 0, 0, 0, 0, 0, 0, 1, 0, False, False, "", False,
+                           "", "", "", False, pub_counts=[PubCount(t, n) for t, n in counts.items()])
+
+    return NSQDStats(
+        version="1.2.1", health="OK", start_time=1,
+        topics=[topic("events", ["archive", "secret"], 2), topic("other", ["c"], 3)],
+        memory=MemoryStats(1, 0, 0, 0, 0, 0, 0, 0, 0),
+        producers=[producer("p1", {"events": 5, "other": 1}), producer("p2", {"other": 7})],
+    )
 
 
 def test_filter_stats():
     alice = parse_auth_response(json.dumps(ALICE).encode())
     stats = _stats()
-    before = json.dumps(stats)
+    before = json.dumps(stats.to_json())
     out = filter_stats(stats, alice)
-    assert json.dumps(stats) == before  # the input is not changed
-    assert [t["topic_name"] for t in out["topics"]] == ["events"]
-    assert [c["channel_name"] for c in out["topics"][0]["channels"]] == ["archive"]
-    assert out["producers"] == [{"client_id": "p1", "pub_counts": [{"topic": "events", "count": 5}]}]
-    assert out["memory"] == stats["memory"] and out["health"] == "OK"
+    assert json.dumps(stats.to_json()) == before  # the input is not changed
+    assert out.topics is not None and [t.topic_name for t in out.topics] == ["events"]
+    assert [c.channel_name for c in out.topics[0].channels] == ["archive"]
+    assert out.producers is not None and [p.client_id for p in out.producers] == ["p1"]
+    assert out.producers[0].pub_counts == [PubCount("events", 5)]
+    assert out.memory == stats.memory and out.health == "OK"
     assert filter_stats(stats, None) is stats
+    assert stats.topics is not None
     # a hidden topic named by the filter looks absent (null, as Go's for no such topic)
-    assert filter_stats({**stats, "topics": [stats["topics"][1]]}, alice, topic="other")["topics"] is None
+    assert filter_stats(replace(stats, topics=[stats.topics[1]]), alice, topic="other").topics is None
     # a hidden channel named by the filter drops the topic (as a topic without it)
-    assert filter_stats({**stats, "topics": [stats["topics"][0]]}, alice, "events", "secret")["topics"] == []
+    assert filter_stats(replace(stats, topics=[stats.topics[0]]), alice, "events", "secret").topics == []
     nobody = parse_auth_response(json.dumps(NOBODY).encode())
-    assert filter_stats(stats, nobody) == {**stats, "topics": [], "producers": None}
-    assert filter_stats({**stats, "topics": None, "producers": None}, alice)["topics"] is None
+    assert filter_stats(stats, nobody) == replace(stats, topics=[], producers=None)
+    assert filter_stats(replace(stats, topics=None, producers=None), alice).topics is None
 
 
 async def test_option_needs_an_auth_server(tmp_path):
@@ -175,7 +191,8 @@ async def app_server(authd):
 
     async def stats(request: web.Request) -> web.Response:
         q = request.query
-        return json_response(filter_stats(_stats(), request.get(AUTH_KEY), q.get("topic", ""), q.get("channel", "")))
+        return json_response(filter_stats(_stats(), request.get(AUTH_KEY), q.get("topic", ""),
+                                          q.get("channel", "")).to_json())
 
     r = listener.router
     for path in ("/ping", "/info", "/topic/peek", "/channel/peek", "/channel/config", "/config/{opt}"):

@@ -37,6 +37,7 @@ from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONS
 from nsq.server.nsqd.channel import ChannelError
 from nsq.server.nsqd.features import Features, Suspend
 from nsq.server.nsqd.identify import Negotiated, initial, negotiate
+from nsq.server.nsqd.stats import ClientStats, client_stats
 from nsq.server.nsqd.topic import TopicFull
 
 if TYPE_CHECKING:
@@ -616,6 +617,10 @@ class ClientV2(asyncio.Protocol):
     def _message_done(self) -> None:
         self.in_flight_count -= 1
         self._freed = True
+
+    def stats(self, topic: str = "") -> ClientStats:
+        """This connection's ``/stats`` figures (Go ``clientV2.Stats``)."""
+        return client_stats(self, topic)
 
     def timed_out_message(self) -> None:
         """An in-flight message of this client timed out."""

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from nsq.server.nsqd.deferredlog import DeferredLog
     from nsq.server.nsqd.identify import Negotiated
     from nsq.server.nsqd.options import NSQDOptions
+    from nsq.server.nsqd.stats import ClientStats
     from nsq.server.nsqd.topic import Topic
 
 __all__ = ["QueueHost", "Subscriber"]
@@ -111,6 +112,10 @@ class Subscriber(Protocol):
 
     def timed_out_message(self) -> None:
         """One of its in-flight messages timed out (its in-flight count drops)."""
+
+    def stats(self, topic: str = "") -> ClientStats:
+        """Its ``/stats`` figures (Go ``Consumer.Stats``); with ``topic``,
+        publish counts for that topic only."""
 
     def close(self) -> None:
         """Close the connection (the channel was deleted or emptied of clients)."""

@@ -31,7 +31,7 @@ from nsq.server.nsqd.http_log import add_routes as add_log_routes
 from nsq.server.nsqd.httpauth import AUTH_KEY, auth_middleware, filter_stats
 from nsq.server.nsqd.metrics import metrics_handler
 from nsq.server.nsqd.options import SPEC_BY_CFG, describe
-from nsq.server.nsqd.stats import get_stats, render_text
+from nsq.server.nsqd.stats import collect_stats, render_text
 from nsq.server.nsqd.topic import TopicFull
 
 if TYPE_CHECKING:
@@ -231,12 +231,12 @@ class NSQDHTTPServer:
         q = request.query
         include_clients = _BOOL.get(q.get("include_clients", ""), True)
         include_mem = _BOOL.get(q.get("include_mem", ""), True)
-        stats = get_stats(self.nsqd, q.get("topic", ""), q.get("channel", ""), include_clients, include_mem)
+        stats = collect_stats(self.nsqd, q.get("topic", ""), q.get("channel", ""), include_clients, include_mem)
         # --http-auth-required: only what the request's identity may subscribe to
         stats = filter_stats(stats, request.get(AUTH_KEY), q.get("topic", ""), q.get("channel", ""))
         if q.get("format") == "json":
-            return _json(stats)
-        return _text(render_text(self.nsqd, stats))
+            return _json(stats.to_json())
+        return _text(render_text(stats))
 
     async def topic_create(self, request: web.Request) -> web.Response:
         """POST /topic/create?topic=: 200, empty body."""

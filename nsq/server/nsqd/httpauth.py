@@ -60,6 +60,7 @@ import asyncio
 import functools
 import logging
 from collections import OrderedDict
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -70,6 +71,7 @@ from nsq.server.tls import peer_common_name
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD
+    from nsq.server.nsqd.stats import NSQDStats, TopicStats
 
 __all__ = ["AUTH_KEY", "OPEN_PATHS", "HTTPAuthCache", "auth_middleware", "bearer_secret", "connection_facts",
            "filter_stats", "may_subscribe_topic", "required_grant"]
@@ -293,12 +295,11 @@ def auth_middleware(nsqd: NSQD | Any, cache: HTTPAuthCache | None = None):
     return http_auth
 
 
-def filter_stats(stats: dict[str, Any], state: AuthState | None, topic: str = "",
-                 channel: str = "") -> dict[str, Any]:
+def filter_stats(stats: NSQDStats, state: AuthState | None, topic: str = "", channel: str = "") -> NSQDStats:
     """``/stats`` as ``state`` may see it (``state`` None: unchanged).
 
     Args:
-        stats: :func:`~nsq.server.nsqd.stats.get_stats`'s object (not changed).
+        stats: :func:`~nsq.server.nsqd.stats.collect_stats`'s answer (not changed).
         state: the request's authorization (``request.get(AUTH_KEY)``).
         topic, channel: the request's ``topic`` / ``channel`` filters.
 
@@ -306,35 +307,30 @@ def filter_stats(stats: dict[str, Any], state: AuthState | None, topic: str = ""
         a copy keeping the topics :func:`may_subscribe_topic` allows, each
         with only the channels ``state`` may subscribe to, and producers
         with only their ``pub_counts`` on kept topics (a producer without
-        any is dropped; ``producers`` null when none is left). A hidden
-        topic looks absent: ``topics`` null when the ``topic`` filter names
+        any is dropped; ``producers`` None when none is left). A hidden
+        topic looks absent: ``topics`` None when the ``topic`` filter names
         it; dropped when the ``channel`` filter names a hidden channel.
         Topic-level figures (depth, message_count, e2e latency over all the
         topic's channels) are shown as they are.
     """
     if state is None:
         return stats
-    out = dict(stats)
-    topics = stats.get("topics")
+    topics = stats.topics
+    kept_topics: list[TopicStats] | None = None
     if topics is not None:
-        kept = []
+        kept_topics = []
         for t in topics:
-            name = t.get("topic_name", "")
+            name = t.topic_name
             if not may_subscribe_topic(state, name):
                 continue
             if channel and not state.is_allowed(name, channel):
                 continue
-            t = dict(t)
-            t["channels"] = [c for c in t.get("channels") or [] if state.is_allowed(name, c.get("channel_name", ""))]
-            kept.append(t)
-        out["topics"] = None if topic and not may_subscribe_topic(state, topic) else kept
+            kept_topics.append(replace(t, channels=[c for c in t.channels if state.is_allowed(name, c.channel_name)]))
+        if topic and not may_subscribe_topic(state, topic):
+            kept_topics = None
     producers = []
-    for p in stats.get("producers") or []:
-        counts = [pc for pc in p.get("pub_counts") or [] if may_subscribe_topic(state, pc.get("topic", ""))]
+    for p in stats.producers or []:
+        counts = [pc for pc in p.pub_counts if may_subscribe_topic(state, pc.topic)]
         if counts:
-            p = dict(p)
-            p["pub_counts"] = counts
-            producers.append(p)
-    if "producers" in stats:
-        out["producers"] = producers or None
-    return out
+            producers.append(replace(p, pub_counts=counts))
+    return replace(stats, topics=kept_topics, producers=producers or None)

@@ -10,7 +10,8 @@ through the faster :func:`text_exposition`; content type
 Every figure is read from the daemon when the page is scraped (a custom
 collector, :class:`NSQDCollector`): nothing is counted per message for
 Prometheus, and the values are the ones ``/stats`` reports at the same moment
-(:mod:`nsq.server.nsqd.stats` reads the same attributes). Each daemon has its
+(both read the typed stats :func:`nsq.server.nsqd.stats.collect_stats`
+builds, as statsd does). Each daemon has its
 own :class:`~prometheus_client.CollectorRegistry` (several daemons may run in
 one process), holding that collector and the library's process, platform and
 GC collectors (``process_resident_memory_bytes``, ``python_info``,
@@ -83,10 +84,11 @@ from prometheus_client.utils import floatToGoString
 from nsq.server.promregistry import new_registry
 from nsq.server.promregistry import metrics_handler as _metrics_handler
 from nsq.server.promregistry import registry_for as _registry_for
-from nsq.server.nsqd.stats import e2e_latency
+from nsq.server.nsqd.stats import collect_stats
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD
+    from nsq.server.nsqd.stats import NSQDStats
 
 __all__ = ["NSQDCollector", "make_registry", "registry_for", "render", "metrics_handler", "quantile_label",
            "text_exposition", "scrape"]
@@ -157,7 +159,6 @@ class NSQDCollector(Collector):
         t_out = [(f.name + ("_total" if f.type == "counter" else ""), f.samples) for f in topic_families]
         c_out = [(f.name + ("_total" if f.type == "counter" else ""), f.samples) for f in channel_families]
         e2e_on = bool(nsqd.options.e2e_processing_latency_percentiles)
-        host = nsqd.options.broadcast_address
         e2e_name = "nsq_channel_e2e_processing_latency_seconds"
         e2e_samples = "nsq_channel_e2e_processing_latency_samples"
         c_e2e = SummaryMetricFamily(e2e_name, "Time from publish to FIN (seconds), at the configured "
@@ -167,60 +168,61 @@ class NSQDCollector(Collector):
         e2e_out = c_e2e.samples.append
         e2e_n_out = c_e2e_n.samples.append
 
-        for tname, topic in sorted(nsqd.topics.items()):
+        stats = collect_stats(nsqd, include_clients=False, include_mem=False)
+        for topic in stats.topics or []:
+            tname = topic.topic_name
             tl = {"topic": tname}
             values: tuple[float, ...] = (
                 topic.depth,
-                topic.backend.depth,
+                topic.backend_depth,
                 topic.message_count,
                 topic.message_bytes,
                 1 if topic.paused else 0,
             )
             for (name, samples), value in zip(t_out, values):
                 samples.append(Sample(name, tl, value))
-            for cname, ch in sorted(topic.channels.items()):
+            for ch in topic.channels:
+                cname = ch.channel_name
                 cl = {"topic": tname, "channel": cname}
                 values = (
                     ch.depth,
-                    ch.backend.depth,
-                    len(ch.in_flight),
-                    len(ch.deferred),
+                    ch.backend_depth,
+                    ch.in_flight_count,
+                    ch.deferred_count,
                     ch.message_count,
                     ch.requeue_count,
                     ch.timeout_count,
                     ch.dead_letter_count,
-                    len(ch.clients),
+                    ch.client_count,
                     1 if ch.paused else 0,
                 )
                 for (name, samples), value in zip(c_out, values):
                     samples.append(Sample(name, cl, value))
-                if e2e_on and ch.e2e is not None:
-                    latency = e2e_latency([ch.e2e], tname, cname, host)
-                    count = latency["count"]
+                latency = ch.e2e_processing_latency
+                if e2e_on and latency.percentiles is not None:
+                    count = latency.count
                     e2e_n_out(Sample(e2e_samples, cl, count))
-                    for p in latency["percentiles"] or []:
-                        value = p["value"] / 1e9 if count else math.nan
-                        e2e_out(Sample(e2e_name, {"topic": tname, "channel": cname,
-                                                  "quantile": quantile_label(p["quantile"])}, value))
+                    for q, ns in latency.percentiles:
+                        e2e_out(Sample(e2e_name, {"topic": tname, "channel": cname, "quantile": quantile_label(q)},
+                                       ns / 1e9 if count else math.nan))
 
         yield from topic_families
         yield from channel_families
-        yield from _log_families(nsqd)
+        yield from _log_families(stats)
         if e2e_on:
             yield c_e2e
             yield c_e2e_n
         yield GaugeMetricFamily("nsq_clients", "V2 (TCP) client connections open.", value=len(nsqd.clients))
         yield GaugeMetricFamily("nsq_health", "1 while nsqd is healthy (/stats health OK), else 0 (a disk "
-                                "error: /ping answers 500).", value=1 if nsqd.health == "OK" else 0)
+                                "error: /ping answers 500).", value=1 if stats.health == "OK" else 0)
         yield GaugeMetricFamily("nsq_draining", "1 while nsqd drains before exiting (/ping answers 503 "
                                 "DRAINING), else 0.", value=1 if nsqd.draining else 0)
 
 
-
-def _log_families(nsqd: NSQD) -> Iterator[Metric]:
+def _log_families(stats: NSQDStats) -> Iterator[Metric]:
     """``--storage=wal``: the retained window of each topic log and each
     channel's offset (nothing when no topic has a log)."""
-    topics = [(name, t) for name, t in sorted(nsqd.topics.items()) if t.log is not None]
+    topics = [t for t in stats.topics or [] if t.log is not None]
     if not topics:
         return
     head = GaugeMetricFamily("nsq_topic_head_offset", "Offset the next message published to the topic gets "
@@ -232,17 +234,17 @@ def _log_families(nsqd: NSQD) -> Iterator[Metric]:
                                "message the topic log retains; 0 when it is empty.", labels=_TOPIC)
     offset = GaugeMetricFamily("nsq_channel_offset", "Offset of the next message the channel takes from its "
                                "topic log (head offset minus this: its lag).", labels=_CHANNEL)
-    for name, topic in topics:
+    for topic in topics:
+        name = topic.topic_name
         tlog = topic.log
         assert tlog is not None
-        ts = tlog.timestamp_at(tlog.first) if tlog.first < tlog.head else None
-        head.add_metric([name], tlog.head)
-        first.add_metric([name], tlog.first)
+        head.add_metric([name], tlog.head_offset)
+        first.add_metric([name], tlog.first_offset)
         retained.add_metric([name], tlog.retained_bytes)
-        oldest.add_metric([name], (ts or 0) / 1e9)
-        for cname, ch in sorted(topic.channels.items()):
-            if ch.wal is not None:
-                offset.add_metric([name, cname], ch.wal.next)
+        oldest.add_metric([name], tlog.oldest_timestamp / 1e9)
+        for ch in topic.channels:
+            if ch.offset is not None:
+                offset.add_metric([name, ch.channel_name], ch.offset)
     yield from (head, first, retained, oldest, offset)
 
 

@@ -54,10 +54,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nsq._internal.addresses import fmt_addr, split_host_port
-from nsq.server.nsqd.stats import get_stats, memory_stats
+from nsq.server.nsqd.stats import collect_stats, memory_stats
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD
@@ -227,60 +227,62 @@ class StatsdPusher:
 
     def metric_lines(self) -> list[bytes]:
         """This push's statsd lines; remembers the counters for the next one."""
-        stats = get_stats(self.nsqd, include_clients=False, include_mem=False)
+        stats = collect_stats(self.nsqd, include_clients=False, include_mem=False)
         prefix = self.prefix
         lines: list[bytes] = []
 
         def counter(name: str, value: int) -> None:
             lines.append(metric_line(prefix, name, value, "c"))
 
-        def gauge(name: str, value: Any) -> None:
+        def gauge(name: str, value: int) -> None:
             lines.append(metric_line(prefix, name, int(value), "g"))
 
         last_topics = self._last
         now_topics: dict[str, tuple[int, int, dict[str, tuple[int, int, int, int]]]] = {}
-        for t in stats["topics"] or []:
-            name = t["topic_name"]
+        for t in stats.topics or []:
+            name = t.topic_name
             last_count, last_bytes, last_channels = last_topics.get(name, (0, 0, {}))
             key = f"topic.{name}"
-            counter(f"{key}.message_count", _diff(t["message_count"], last_count))
-            counter(f"{key}.message_bytes", _diff(t["message_bytes"], last_bytes))
-            gauge(f"{key}.depth", t["depth"])
-            gauge(f"{key}.backend_depth", t["backend_depth"])
-            if "head_offset" in t:  # --storage=wal
-                gauge(f"{key}.head_offset", t["head_offset"])
-                gauge(f"{key}.retained_bytes", t["retained_bytes"])
-            for item in t["e2e_processing_latency"]["percentiles"] or []:
-                gauge(f"{key}.e2e_processing_latency_{_percentile_name(item['quantile'])}", item["value"])
+            counter(f"{key}.message_count", _diff(t.message_count, last_count))
+            counter(f"{key}.message_bytes", _diff(t.message_bytes, last_bytes))
+            gauge(f"{key}.depth", t.depth)
+            gauge(f"{key}.backend_depth", t.backend_depth)
+            if t.log is not None:  # --storage=wal
+                gauge(f"{key}.head_offset", t.log.head_offset)
+                gauge(f"{key}.retained_bytes", t.log.retained_bytes)
+            for q, value in t.e2e_processing_latency.percentiles or []:
+                gauge(f"{key}.e2e_processing_latency_{_percentile_name(q)}", value)
             now_channels: dict[str, tuple[int, int, int, int]] = {}
-            for c in t["channels"]:
-                cname = c["channel_name"]
+            for c in t.channels:
+                cname = c.channel_name
                 last_msgs, last_requeues, last_timeouts, last_dead = last_channels.get(cname, (0, 0, 0, 0))
                 ckey = f"{key}.channel.{cname}"
-                counter(f"{ckey}.message_count", _diff(c["message_count"], last_msgs))
-                gauge(f"{ckey}.depth", c["depth"])
-                gauge(f"{ckey}.backend_depth", c["backend_depth"])
-                if "offset" in c:  # --storage=wal
-                    gauge(f"{ckey}.offset", c["offset"])
-                gauge(f"{ckey}.in_flight_count", c["in_flight_count"])
-                gauge(f"{ckey}.deferred_count", c["deferred_count"])
-                counter(f"{ckey}.requeue_count", _diff(c["requeue_count"], last_requeues))
-                counter(f"{ckey}.timeout_count", _diff(c["timeout_count"], last_timeouts))
-                if c["max_attempts"] or c["dead_letter_count"]:  # beyond Go: only where in use
-                    counter(f"{ckey}.dead_letter_count", _diff(c["dead_letter_count"], last_dead))
-                gauge(f"{ckey}.clients", c["client_count"])
-                for item in c["e2e_processing_latency"]["percentiles"] or []:
-                    gauge(f"{ckey}.e2e_processing_latency_{_percentile_name(item['quantile'])}", item["value"])
-                now_channels[cname] = (c["message_count"], c["requeue_count"], c["timeout_count"],
-                                       c["dead_letter_count"])
-            now_topics[name] = (t["message_count"], t["message_bytes"], now_channels)
+                counter(f"{ckey}.message_count", _diff(c.message_count, last_msgs))
+                gauge(f"{ckey}.depth", c.depth)
+                gauge(f"{ckey}.backend_depth", c.backend_depth)
+                if c.offset is not None:  # --storage=wal
+                    gauge(f"{ckey}.offset", c.offset)
+                gauge(f"{ckey}.in_flight_count", c.in_flight_count)
+                gauge(f"{ckey}.deferred_count", c.deferred_count)
+                counter(f"{ckey}.requeue_count", _diff(c.requeue_count, last_requeues))
+                counter(f"{ckey}.timeout_count", _diff(c.timeout_count, last_timeouts))
+                if c.max_attempts or c.dead_letter_count:  # beyond Go: only where in use
+                    counter(f"{ckey}.dead_letter_count", _diff(c.dead_letter_count, last_dead))
+                gauge(f"{ckey}.clients", c.client_count)
+                for q, value in c.e2e_processing_latency.percentiles or []:
+                    gauge(f"{ckey}.e2e_processing_latency_{_percentile_name(q)}", value)
+                now_channels[cname] = (c.message_count, c.requeue_count, c.timeout_count, c.dead_letter_count)
+            now_topics[name] = (t.message_count, t.message_bytes, now_channels)
         self._last = now_topics
 
         if self.mem_stats:
             ms = memory_stats()
-            for key in ("heap_objects", "heap_idle_bytes", "heap_in_use_bytes", "heap_released_bytes",
-                        "gc_pause_usec_100", "gc_pause_usec_99", "gc_pause_usec_95", "next_gc_bytes"):
-                gauge(f"mem.{key}", ms[key])
-            counter("mem.gc_runs", _diff(ms["gc_total_runs"], self._last_gc_runs))
-            self._last_gc_runs = ms["gc_total_runs"]
+            for key, value in (("heap_objects", ms.heap_objects), ("heap_idle_bytes", ms.heap_idle_bytes),
+                               ("heap_in_use_bytes", ms.heap_in_use_bytes),
+                               ("heap_released_bytes", ms.heap_released_bytes),
+                               ("gc_pause_usec_100", ms.gc_pause_usec_100), ("gc_pause_usec_99", ms.gc_pause_usec_99),
+                               ("gc_pause_usec_95", ms.gc_pause_usec_95), ("next_gc_bytes", ms.next_gc_bytes)):
+                gauge(f"mem.{key}", value)
+            counter("mem.gc_runs", _diff(ms.gc_total_runs, self._last_gc_runs))
+            self._last_gc_runs = ms.gc_total_runs
         return lines
