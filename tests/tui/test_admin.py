@@ -14,7 +14,7 @@ from nsq.client import Consumer
 from nsq.cluster.actions import Actor, Admin
 from nsq.tui.admin import AdminApp, ChannelScreen, NodesScreen, TopicScreen, TopicsScreen
 from nsq.cluster.poller import Cluster
-from nsq.tui.widgets import ConfirmScreen, CreateScreen, HelpScreen
+from nsq.tui.admin.dialogs import ConfirmScreen, CreateScreen, HelpScreen
 from tests.tui.conftest import AdminCluster, NotificationSink, wait_until
 
 ACTOR = Actor(user="alice", remote_ip="10.0.0.7:51234", user_agent="pilot/1.0", via="testhost",

@@ -16,7 +16,7 @@ from nsq.client import Consumer
 from nsq.cluster.actions import Admin
 from nsq.cluster.poller import Cluster
 from nsq.tui.admin import AdminApp, NodesScreen
-from nsq.tui.widgets import ConfirmScreen, HelpScreen
+from nsq.tui.admin.dialogs import ConfirmScreen, HelpScreen
 from tests.tui.conftest import AdminCluster, NotificationSink, wait_until
 from tests.tui.test_admin import ACTOR, has_row, make_app, move_to
 from tests.tui.test_admin_peek import go_nsqd  # noqa: F401 (a fixture: answers as Go nsqd 1.2.1)

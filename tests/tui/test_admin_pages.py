@@ -104,7 +104,7 @@ async def test_counter_screen_counts_messages_processed_over_the_cluster(admin_c
 
 async def test_lookup_screen_lists_topics_no_nsqd_has_creates_and_deletes(admin_cluster: AdminCluster):
     from nsq.tui.admin import LookupScreen
-    from nsq.tui.widgets import ConfirmScreen, CreateScreen
+    from nsq.tui.admin.dialogs import ConfirmScreen, CreateScreen
 
     cl = admin_cluster
     d1, _ = cl.nsqds

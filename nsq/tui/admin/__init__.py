@@ -22,6 +22,11 @@ Screens (each refreshed at every poll, every ``refresh_interval`` seconds):
 - Lookup (:mod:`.lookup`): the lookupds, and every topic and channel as a
   tree, those no nsqd has yet marked; create and delete.
 
+A screen opens another by posting a message of :mod:`.navigation`
+(``ShowTopic``, ``ShowChannel``, ``ShowNode``, ``ShowPeek``); the app
+handles it and pushes the screen, so no screen module imports another.
+The modal dialogs (confirmation, create form, keys) are in :mod:`.dialogs`.
+
 Admin actions (create, pause/unpause, empty, delete, tombstone) ask for a
 confirmation, run through :class:`~nsq.cluster.actions.Admin` and report in
 a toast; a read-only app shows and binds none of them. The data comes from

@@ -20,12 +20,17 @@ from nsq.cluster.peek import Peek
 from nsq.cluster.poller import Cluster
 from nsq.tui import fmt
 from nsq.tui.admin.base import AdminScreen
+from nsq.tui.admin.channel import ChannelScreen
 from nsq.tui.admin.counter import CounterScreen
+from nsq.tui.admin.dialogs import HelpScreen
 from nsq.tui.admin.keys import KEYS, REFRESH_INTERVALS
 from nsq.tui.admin.lookup import LookupScreen
+from nsq.tui.admin.navigation import ShowChannel, ShowNode, ShowPeek, ShowTopic
+from nsq.tui.admin.node import NodeScreen
 from nsq.tui.admin.nodes import NodesScreen
+from nsq.tui.admin.peek import PeekScreen
+from nsq.tui.admin.topic import TopicScreen
 from nsq.tui.admin.topics import TopicsScreen
-from nsq.tui.widgets import HelpScreen
 
 __all__ = ["AdminApp", "FixedSource", "run_admin_app"]
 
@@ -189,6 +194,20 @@ class AdminApp(App[None]):
             await self.switch_mode(mode)
         while len(self.screen_stack) > 1:
             await self.pop_screen()
+
+    # -- navigation: the screens post these (nsq.tui.admin.navigation), the app pushes --
+
+    def on_show_topic(self, message: ShowTopic) -> None:
+        self.push_screen(TopicScreen(message.topic))
+
+    def on_show_channel(self, message: ShowChannel) -> None:
+        self.push_screen(ChannelScreen(message.topic, message.channel))
+
+    def on_show_node(self, message: ShowNode) -> None:
+        self.push_screen(NodeScreen(message.http_address))
+
+    def on_show_peek(self, message: ShowPeek) -> None:
+        self.push_screen(PeekScreen(message.topic, message.channel))
 
     def action_help(self) -> None:
         sections = [(name, [(k, w) for k, w, changes in keys if not (changes and self.read_only)])

@@ -17,7 +17,7 @@ from nsq.cluster.actions import Admin
 from nsq.cluster.model import ClusterSnapshot
 from nsq.tui import fmt
 from nsq.tui.admin.keys import ADMIN_ACTIONS, WIDE_FROM
-from nsq.tui.widgets import ConfirmScreen, CreateScreen
+from nsq.tui.admin.dialogs import ConfirmScreen, CreateScreen
 
 if TYPE_CHECKING:
     from nsq.tui.admin.app import AdminApp

@@ -23,7 +23,7 @@ from nsq.tui.admin.cells import (
     host_cell,
     max_attempts_note,
 )
-from nsq.tui.admin.peek import PeekScreen
+from nsq.tui.admin.navigation import ShowNode, ShowPeek
 from nsq.tui.widgets import SparkRow, fill_table, num, set_columns
 
 __all__ = ["ChannelScreen"]
@@ -114,12 +114,10 @@ class ChannelScreen(AdminScreen):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "nodes" and event.row_key.value != "*":
-            from nsq.tui.admin.node import NodeScreen
-
-            self.app.push_screen(NodeScreen(str(event.row_key.value)))
+            self.post_message(ShowNode(str(event.row_key.value)))
 
     def action_peek(self) -> None:
-        self.app.push_screen(PeekScreen(self.topic, self.channel))
+        self.post_message(ShowPeek(self.topic, self.channel))
 
     def action_pause(self) -> None:
         ch = self._stats()

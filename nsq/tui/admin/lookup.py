@@ -16,7 +16,8 @@ from nsq.cluster.model import ClusterSnapshot
 from nsq.tui import fmt
 from nsq.tui.admin.base import AdminScreen
 from nsq.tui.admin.cells import name_cell
-from nsq.tui.admin.topic import confirm_delete_topic
+from nsq.tui.admin.confirmations import confirm_delete_topic
+from nsq.tui.admin.navigation import ShowChannel, ShowTopic
 from nsq.tui.widgets import fill_table, num, set_columns
 
 __all__ = ["LookupScreen"]
@@ -81,11 +82,8 @@ class LookupScreen(AdminScreen):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id != "tree":
             return
-        from nsq.tui.admin.channel import ChannelScreen
-        from nsq.tui.admin.topic import TopicScreen
-
         topic, _, channel = str(event.row_key.value).partition("/")
-        self.app.push_screen(ChannelScreen(topic, channel) if channel else TopicScreen(topic))
+        self.post_message(ShowChannel(topic, channel) if channel else ShowTopic(topic))
 
     def action_create(self) -> None:
         self.create()

@@ -16,6 +16,7 @@ from nsq.cluster.model import ClientStats, ClusterSnapshot, NodeInfo, TopicStats
 from nsq.tui import fmt
 from nsq.tui.admin.base import AdminScreen
 from nsq.tui.admin.cells import CHANNEL_COLUMNS, channel_cells, name_cell
+from nsq.tui.admin.navigation import ShowChannel, ShowTopic
 from nsq.tui.widgets import fill_table, num, set_columns
 
 __all__ = ["NodeScreen", "node_topics"]
@@ -128,11 +129,8 @@ class NodeScreen(AdminScreen):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id != "queues":
             return
-        from nsq.tui.admin.channel import ChannelScreen
-        from nsq.tui.admin.topic import TopicScreen
-
         topic, _, channel = str(event.row_key.value).partition("/")
-        self.app.push_screen(ChannelScreen(topic, channel) if channel else TopicScreen(topic))
+        self.post_message(ShowChannel(topic, channel) if channel else ShowTopic(topic))
 
     def action_tombstone(self) -> None:
         key = self._cursor_key()

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Label, Static
 
 from nsq.cluster.model import ClusterSnapshot, NodeInfo
 from nsq.tui.admin.base import AdminScreen
-from nsq.tui.admin.node import NodeScreen
+from nsq.tui.admin.navigation import ShowNode
 from nsq.tui.widgets import fill_table, num, set_columns
 
 __all__ = ["NodesScreen"]
@@ -99,7 +99,7 @@ class NodesScreen(AdminScreen):
         if event.data_table.id == "nodes":
             node = self.selected()
             if node is not None:
-                self.app.push_screen(NodeScreen(node.http_address))
+                self.post_message(ShowNode(node.http_address))
 
     def action_lookupd_addresses(self) -> None:
         """Show (or hide) the lookupd connections' addresses (nsqadmin's

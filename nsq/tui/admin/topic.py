@@ -5,7 +5,6 @@ holds itself when it has no channel (or holds some while paused)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -27,38 +26,11 @@ from nsq.tui.admin.cells import (
     max_attempts_note,
     name_cell,
 )
-from nsq.tui.admin.channel import ChannelScreen
-from nsq.tui.admin.peek import PeekScreen
+from nsq.tui.admin.confirmations import confirm_delete_topic, confirm_empty_topic, confirm_pause_topic
+from nsq.tui.admin.navigation import ShowChannel, ShowNode, ShowPeek
 from nsq.tui.widgets import SparkRow, fill_table, num, set_columns
 
-__all__ = ["TopicScreen", "confirm_delete_topic", "confirm_empty_topic", "confirm_pause_topic"]
-
-
-def confirm_pause_topic(screen: AdminScreen, topic: TopicStats) -> None:
-    """Ask, then pause (or unpause) ``topic`` on its nsqds."""
-    name = topic.name
-    if topic.paused:
-        screen.confirm(f"Unpause topic {name} on {topic.producers} nsqd? Messages flow to its channels again.",
-                       "Unpause", lambda a: a.unpause_topic(name), destructive=False)
-    else:
-        screen.confirm(f"Pause topic {name} on {topic.producers} nsqd? Messages stay in the topic and stop "
-                       "flowing to its channels.", "Pause", lambda a: a.pause_topic(name), destructive=False)
-
-
-def confirm_empty_topic(screen: AdminScreen, topic: TopicStats) -> None:
-    """Ask, then empty ``topic``'s own queue on its nsqds."""
-    name = topic.name
-    screen.confirm(f"Empty topic {name}? The {fmt.plural(topic.depth, 'message')} queued in the topic itself "
-                   f"(not in its channels) on {topic.producers} nsqd {'is' if topic.depth == 1 else 'are'} lost.", "Empty",
-                   lambda a: a.empty_topic(name))
-
-
-def confirm_delete_topic(screen: AdminScreen, topic: TopicStats, after: Callable[[], None] | None = None) -> None:
-    """Ask, then delete ``topic`` everywhere (then ``after``)."""
-    name = topic.name
-    screen.confirm(f"Delete topic {name} with its {fmt.plural(len(topic.channels), 'channel')} from the lookupds and "
-                   f"{topic.producers} nsqd? Every queued message is lost.", "Delete",
-                   lambda a: a.delete_topic(name), after=after)
+__all__ = ["TopicScreen"]
 
 
 class TopicScreen(AdminScreen):
@@ -183,18 +155,16 @@ class TopicScreen(AdminScreen):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "channels":
-            self.app.push_screen(ChannelScreen(self.topic, str(event.row_key.value)))
+            self.post_message(ShowChannel(self.topic, str(event.row_key.value)))
         elif event.data_table.id == "nodes" and event.row_key.value != "*":
-            from nsq.tui.admin.node import NodeScreen
-
-            self.app.push_screen(NodeScreen(str(event.row_key.value)))
+            self.post_message(ShowNode(str(event.row_key.value)))
 
     def action_create(self) -> None:
         self.create(self.topic)
 
     def action_peek(self) -> None:
         if self.can_peek():
-            self.app.push_screen(PeekScreen(self.topic))
+            self.post_message(ShowPeek(self.topic))
 
     def action_pause(self) -> None:
         topic = self._stats()

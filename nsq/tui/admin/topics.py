@@ -15,7 +15,8 @@ from nsq.cluster.model import ClusterSnapshot, TopicStats
 from nsq.tui import fmt
 from nsq.tui.admin.base import AdminScreen
 from nsq.tui.admin.cells import name_cell
-from nsq.tui.admin.topic import TopicScreen, confirm_delete_topic, confirm_empty_topic, confirm_pause_topic
+from nsq.tui.admin.confirmations import confirm_delete_topic, confirm_empty_topic, confirm_pause_topic
+from nsq.tui.admin.navigation import ShowTopic
 from nsq.tui.widgets import SparkRow, fill_table, num, set_columns
 
 __all__ = ["TopicsScreen"]
@@ -127,7 +128,7 @@ class TopicsScreen(AdminScreen):
         fill_table(self.query_one("#topics", DataTable), rows)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        self.app.push_screen(TopicScreen(str(event.row_key.value)))
+        self.post_message(ShowTopic(str(event.row_key.value)))
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         column = self._visible()[event.column_index]
