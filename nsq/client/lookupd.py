@@ -144,7 +144,10 @@ class HTTPAPIClient:
             self._session = None
 
     async def _request(self, method: str, address: str, path: str, params: dict[str, str] | None = None,
-                       ok_404: bool = False) -> Any:
+                       ok_404: bool = False, answer: bool = False) -> Any:
+        """The JSON object a 200 answer carries (``{}`` for an empty body,
+        and for a POST unless ``answer``); None for a 404 with ``ok_404``.
+        Raises this client's ``error_class``."""
         if self._session is None:
             connector = aiohttp.TCPConnector(ssl=self._ssl_context) if self._ssl_context is not None else None
             self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers, connector=connector)
@@ -164,7 +167,7 @@ class HTTPAPIClient:
         if status != 200:
             raise error(address, f"{method} {path} answered {status} {body[:200].decode(errors='replace')}",
                         status)
-        if method == "POST" or not body:
+        if (method == "POST" and not answer) or not body:
             return {}
         try:
             data = json.loads(body)
