@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 __all__ = ["NSQ_HEADERS", "HTTPError", "HTTPListener", "json_response", "read_limited", "text_response",
            "topic_channel_args"]
@@ -46,7 +47,7 @@ def text_response(text: str, status: int = 200) -> web.Response:
 
 
 @web.middleware
-async def _errors(request: web.Request, handler):
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except HTTPError as exc:
@@ -103,7 +104,7 @@ class HTTPListener:
         client_max_size: largest request body aiohttp reads (bytes).
     """
 
-    def __init__(self, client_max_size: int = 1024 * 1024, middlewares: tuple = ()) -> None:
+    def __init__(self, client_max_size: int = 1024 * 1024, middlewares: tuple[Middleware, ...] = ()) -> None:
         self.app = web.Application(middlewares=[_errors, *middlewares], client_max_size=client_max_size)
         self.router = self.app.router
         self._runner: web.AppRunner | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from typing import TYPE_CHECKING
 
 from nsq.protocol.names import is_ephemeral
 from nsq._internal.addresses import fmt_addr, split_host_port
@@ -20,6 +21,9 @@ from nsq._internal.neterrors import listen_errors
 from nsq.server.lookupd.options import LookupdOptions
 from nsq.server.lookupd.protocol_v1 import LookupProtocolV1
 from nsq.server.lookupd.registration_db import Peer, Producer, RegistrationDB
+
+if TYPE_CHECKING:
+    from nsq.server.lookupd.http import LookupdHTTPServer
 
 __all__ = ["NSQLookupd"]
 
@@ -45,7 +49,7 @@ class NSQLookupd:
         self.http_host = ""
         self.http_port = 0
         self._tcp_server: asyncio.base_events.Server | None = None
-        self._http = None
+        self._http: LookupdHTTPServer | None = None
         self._conns: set[LookupProtocolV1] = set()
         self._started = False
 
@@ -68,8 +72,8 @@ class NSQLookupd:
             )
         self.tcp_host, self.tcp_port = self._tcp_server.sockets[0].getsockname()[:2]
         try:
-            self._http = LookupdHTTPServer(self)
-            self.http_host, self.http_port = await self._http.start(self.options.http_address)
+            http = self._http = LookupdHTTPServer(self)
+            self.http_host, self.http_port = await http.start(self.options.http_address)
         except BaseException:
             self._tcp_server.close()
             raise

@@ -25,7 +25,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from nsq.protocol.errors import ClientError
 from nsq.protocol.lookupd import (
@@ -74,7 +74,7 @@ class LookupProtocolV1(asyncio.Protocol):
     # -- asyncio.Protocol --------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream server's: it writes
         addr = transport.get_extra_info("peername")
         self.remote = fmt_addr(addr[0], addr[1]) if addr else "?"
         self.lookupd._conns.add(self)

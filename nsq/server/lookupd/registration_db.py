@@ -15,6 +15,7 @@ subkey matches any.
 from __future__ import annotations
 
 import time
+from collections.abc import ItemsView
 from dataclasses import dataclass
 
 from nsq.protocol.lookupd import PeerInfo
@@ -131,7 +132,7 @@ class RegistrationDB:
         """Every registration ``producer_id`` is in."""
         return [reg for reg, producers in self._map.items() if producer_id in producers]
 
-    def items(self):
+    def items(self) -> ItemsView[Registration, dict[str, Producer]]:
         """``(registration, {producer id: Producer})`` pairs (for ``/debug``)."""
         return self._map.items()
 

@@ -33,7 +33,11 @@ import random
 import re
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["AuthError", "Authorization", "AuthState", "query_any_authd"]
 
@@ -121,7 +125,7 @@ def parse_auth_response(body: bytes, now: float | None = None) -> AuthState:
                      expires=(time.time() if now is None else now) + ttl, authorizations=auths)
 
 
-async def query_any_authd(session, addresses: list[str], remote_ip: str, tls: bool, common_name: str,
+async def query_any_authd(session: aiohttp.ClientSession, addresses: list[str], remote_ip: str, tls: bool, common_name: str,
                           secret: str) -> AuthState:
     """Ask the auth servers, from a random one on, until one answers.
 

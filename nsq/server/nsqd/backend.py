@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from nsq.protocol.errors import NSQError
 
-__all__ = ["BackendQueue", "BackendFull", "DiscardBackend", "NoDiskBackend"]
+__all__ = ["BackendQueue", "BackendFull", "BadRecord", "DiscardBackend", "NoDiskBackend"]
 
 log = logging.getLogger("nsq.nsqd")
 #: a monotonic time long before any (the first drop is reported at once)
@@ -35,6 +35,15 @@ class BackendFull(NSQError):
     """
 
     stored = 0
+
+
+class BadRecord(ValueError):
+    """A record of invalid size (:meth:`BackendQueue.put_many`); ``stored``:
+    how many records before it were stored."""
+
+    def __init__(self, text: str, stored: int = 0) -> None:
+        super().__init__(text)
+        self.stored = stored
 
 
 class BackendQueue:
@@ -63,14 +72,17 @@ class BackendQueue:
         Raises:
             BackendFull: with ``stored`` set to how many of ``records`` were
                 stored before the failure.
-            ValueError: a record of invalid size (``stored`` set likewise).
+            BadRecord: (a ValueError) a record of invalid size (``stored``
+                set likewise).
         """
         for i, record in enumerate(records):
             try:
                 self.put(record)
-            except (BackendFull, ValueError) as exc:
-                exc.stored = i  # type: ignore[union-attr]
+            except BackendFull as exc:
+                exc.stored = i
                 raise
+            except ValueError as exc:
+                raise BadRecord(str(exc), stored=i) from exc
 
     def read(self) -> bytes | None:
         """Pop the oldest record, or None when empty."""

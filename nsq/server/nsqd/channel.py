@@ -306,8 +306,10 @@ class Channel:
 
     def _load_deferred(self) -> None:
         """Re-arm deferred messages found on disk at their original due time."""
+        dlog = self.deferred_log
+        assert dlog is not None  # called only for a channel with a deferred log
         now_mono, now_unix = time.monotonic(), time.time_ns()
-        for msg_id, (due_unix, ts, attempts, body) in list(self.deferred_log.pending.items()):  # type: ignore[union-attr]
+        for msg_id, (due_unix, ts, attempts, body) in list(dlog.pending.items()):
             self._defer((msg_id, body, ts, attempts, 0, NO_OFFSET), now_mono + (due_unix - now_unix) / 1e9,
                         persist=False)
         if self.deferred:

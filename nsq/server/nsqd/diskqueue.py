@@ -518,13 +518,15 @@ class DiskQueue(BackendQueue):
             return True
         if end > limit:
             return False
+        fd = self._rfd
+        assert fd is not None  # the caller opened the read file
         keep = self._rbuf[self.read_pos - self._rbuf_start:] if self.read_pos < buf_end else b""
         start = self.read_pos + len(keep)
         want = max(end - start, min(_READ_CHUNK, limit - start))
         parts = [keep]
         got = 0
         while got < want:
-            chunk = os.pread(self._rfd, want - got, start + got)  # type: ignore[arg-type]
+            chunk = os.pread(fd, want - got, start + got)
             if not chunk:
                 break
             parts.append(chunk)

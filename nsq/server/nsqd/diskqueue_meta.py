@@ -42,10 +42,10 @@ def parse_meta(raw: bytes) -> tuple[int, int, int, int, int] | None:
     m = _META_RE.match(raw)
     if m is None:
         return None
-    vals = tuple(int(v) for v in m.groups())
-    if any(v < 0 for v in vals[1:]):
+    depth, read_num, read_pos, write_num, write_pos = (int(v) for v in m.groups())
+    if read_num < 0 or read_pos < 0 or write_num < 0 or write_pos < 0:
         return None
-    return vals  # type: ignore[return-value]
+    return depth, read_num, read_pos, write_num, write_pos
 
 
 def write_meta(meta_path: str, text: bytes, subject: str) -> None:

@@ -15,6 +15,7 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from nsq import NSQ_VERSION
 from nsq.protocol.names import is_valid_topic_name
@@ -35,7 +36,9 @@ from nsq.server.nsqd.stats import collect_stats, render_text
 from nsq.server.nsqd.topic import TopicFull
 
 if TYPE_CHECKING:
+    from nsq.server.nsqd.channel import Channel
     from nsq.server.nsqd.nsqd import NSQD
+    from nsq.server.nsqd.topic import Topic
 
 __all__ = ["NSQDHTTPServer"]
 
@@ -100,7 +103,7 @@ class NSQDHTTPServer:
         await self._listener.serve()
 
     @web.middleware
-    async def _tls_required(self, request: web.Request, handler):
+    async def _tls_required(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         # Go: with --tls-required=true the plain HTTP listener answers every
         # request 403 and points at the HTTPS port
         nsqd = self.nsqd
@@ -120,14 +123,14 @@ class NSQDHTTPServer:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
         return request.query["topic"]
 
-    def _topic_from_query(self, request: web.Request):
+    def _topic_from_query(self, request: web.Request) -> Topic:
         """Go's getTopicFromQuery: creates the topic."""
         name = self._topic_arg(request)
         if not is_valid_topic_name(name):
             raise HTTPError(400, "INVALID_TOPIC")
         return self.nsqd.get_topic(name)
 
-    def _existing_topic_channel(self, request: web.Request):
+    def _existing_topic_channel(self, request: web.Request) -> tuple[Topic, str]:
         """Go's getExistingTopicFromQuery: (topic, channel name)."""
         topic_name, channel = topic_channel_args(request)
         topic = self.nsqd.get_existing_topic(topic_name)
@@ -314,7 +317,7 @@ class NSQDHTTPServer:
             channel.pause()
         return _text("")
 
-    def _existing_channel(self, request: web.Request):
+    def _existing_channel(self, request: web.Request) -> Channel:
         topic, name = self._existing_topic_channel(request)
         channel = topic.channels.get(name)
         if channel is None:
@@ -437,7 +440,7 @@ def _peeked(e: tuple) -> dict[str, Any]:
             "body": base64.b64encode(e[1]).decode("ascii")}
 
 
-def _refusal(nsqd, topic, failed: str) -> str:
+def _refusal(nsqd: NSQD, topic: Topic, failed: str) -> str:
     """The HTTP message of a refused publish."""
     if nsqd.exiting or topic.deleted:
         return "EXITING"

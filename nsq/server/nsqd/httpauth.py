@@ -64,6 +64,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from nsq.server.httpapi import json_response
 from nsq.server.nsqd.auth import AuthError, AuthState, query_any_authd
@@ -73,7 +74,7 @@ if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD
     from nsq.server.nsqd.stats import NSQDStats, TopicStats
 
-__all__ = ["AUTH_KEY", "OPEN_PATHS", "HTTPAuthCache", "auth_middleware", "bearer_secret", "connection_facts",
+__all__ = ["AUTH_KEY", "OPEN_PATHS", "HTTPAuthCache", "AuthMiddleware", "auth_middleware", "bearer_secret", "connection_facts",
            "filter_stats", "may_subscribe_topic", "required_grant"]
 
 log = logging.getLogger("nsq.nsqd")
@@ -254,7 +255,45 @@ def _refuse(status: int, text: str) -> web.Response:
     return response
 
 
-def auth_middleware(nsqd: NSQD | Any, cache: HTTPAuthCache | None = None):
+class AuthMiddleware:
+    """The aiohttp middleware enforcing ``--http-auth-required`` (see
+    :func:`auth_middleware`).
+
+    Attributes:
+        cache: its :class:`HTTPAuthCache`.
+    """
+
+    #: aiohttp: a new-style middleware, called as ``(request, handler)``
+    __middleware_version__ = 1
+
+    def __init__(self, nsqd: NSQD | Any, cache: HTTPAuthCache) -> None:
+        self.nsqd = nsqd
+        self.cache = cache
+
+    async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not self.nsqd.options.http_auth_required:
+            return await handler(request)
+        resource = request.match_info.route.resource
+        grant = required_grant(resource.canonical if resource is not None else request.path)
+        if grant == OPEN:
+            return await handler(request)
+        secret = bearer_secret(request.headers.get("Authorization"))
+        if not secret:
+            return _refuse(401, "AUTH_REQUIRED")
+        remote_ip, tls, common_name = connection_facts(request)
+        try:
+            state = await self.cache.get(secret, remote_ip, tls, common_name)
+        except AuthError as exc:
+            # the auth server's words stay in the log, as for V2 AUTH
+            log.warning("HTTP: [%s] AUTH failed %s", remote_ip, exc)
+            return _refuse(401, "AUTH_FAILED")
+        if not is_granted(state, grant, request.query):
+            return _refuse(403, "UNAUTHORIZED")
+        request[AUTH_KEY] = state
+        return await handler(request)
+
+
+def auth_middleware(nsqd: NSQD | Any, cache: HTTPAuthCache | None = None) -> AuthMiddleware:
     """The aiohttp middleware enforcing ``--http-auth-required`` for ``nsqd``.
 
     A no-op while ``nsqd.options.http_auth_required`` is false (read on each
@@ -266,33 +305,7 @@ def auth_middleware(nsqd: NSQD | Any, cache: HTTPAuthCache | None = None):
             ``options`` and ``auth_session()``).
         cache: share answers with another middleware (default: a new one).
     """
-    cache = cache if cache is not None else HTTPAuthCache(nsqd)
-
-    @web.middleware
-    async def http_auth(request: web.Request, handler):
-        if not nsqd.options.http_auth_required:
-            return await handler(request)
-        resource = request.match_info.route.resource
-        grant = required_grant(resource.canonical if resource is not None else request.path)
-        if grant == OPEN:
-            return await handler(request)
-        secret = bearer_secret(request.headers.get("Authorization"))
-        if not secret:
-            return _refuse(401, "AUTH_REQUIRED")
-        remote_ip, tls, common_name = connection_facts(request)
-        try:
-            state = await cache.get(secret, remote_ip, tls, common_name)
-        except AuthError as exc:
-            # the auth server's words stay in the log, as for V2 AUTH
-            log.warning("HTTP: [%s] AUTH failed %s", remote_ip, exc)
-            return _refuse(401, "AUTH_FAILED")
-        if not is_granted(state, grant, request.query):
-            return _refuse(403, "UNAUTHORIZED")
-        request[AUTH_KEY] = state
-        return await handler(request)
-
-    http_auth.cache = cache  # type: ignore[attr-defined]
-    return http_auth
+    return AuthMiddleware(nsqd, cache if cache is not None else HTTPAuthCache(nsqd))
 
 
 def filter_stats(stats: NSQDStats, state: AuthState | None, topic: str = "", channel: str = "") -> NSQDStats:

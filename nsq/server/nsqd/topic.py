@@ -25,6 +25,8 @@ from nsq.server.nsqd.message import NO_OFFSET, Entry, decode_entries, encode_ent
 from nsq.server.nsqd.topiclog import encode_batch, encode_record
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from nsq.server.nsqd.host import QueueHost
     from nsq.server.nsqd.topiclog import TopicLog
 
@@ -303,9 +305,9 @@ class Topic:
         now = time.time_ns()
         if self.log is not None:
             base = self._append(encode_batch(ids, bodies, now, defer_ms), n)
-            offsets = range(base, base + n)
+            offsets: Iterable[int] = range(base, base + n)
         else:
-            offsets = repeat(NO_OFFSET, n)  # type: ignore[assignment]
+            offsets = repeat(NO_OFFSET, n)
         msgs = list(zip(ids, bodies, repeat(now, n), repeat(0, n), repeat(defer_ms, n), offsets))
         self._accept(msgs, sum(map(len, bodies)))
 
@@ -449,9 +451,9 @@ class Topic:
             if self.log is not None:
                 # a new channel gets what the topic hands on from now (and
                 # what it holds): it starts at the visible offset
-                backend: BackendQueue = ChannelCursor(self.log, f"{self.name}:{name}", self.channel_path(name),
-                                                      self.visible)
-                backend.show(self.visible)  # type: ignore[attr-defined]
+                cursor = ChannelCursor(self.log, f"{self.name}:{name}", self.channel_path(name), self.visible)
+                cursor.show(self.visible)
+                backend: BackendQueue = cursor
             else:
                 backend = self.nsqd.make_backend(f"{self.name}:{name}", is_ephemeral(name))
             channel = Channel(self, name, backend)

@@ -26,6 +26,7 @@ from nsq.server.nsqd.atomicfile import replace_atomically
 from nsq.server.nsqd.topiclog import encode_record
 
 if TYPE_CHECKING:
+    from nsq.server.nsqd.options import NSQDOptions
     from nsq.server.nsqd.topiclog import TopicLog
 
 __all__ = ["check_data_path", "take_over", "STATE_FILE"]
@@ -56,7 +57,7 @@ def check_data_path(path: str, wal: bool) -> None:
                          f"and remove the *.wal directories)")
 
 
-def _drain(name: str, data_path: str, options) -> list[bytes]:
+def _drain(name: str, data_path: str, options: NSQDOptions) -> list[bytes]:
     """Every record of the disk queue ``name`` (then removed), oldest first."""
     from nsq.server.nsqd.diskqueue import DiskQueue
 
@@ -85,7 +86,7 @@ def _framed(records: list[bytes]) -> list[bytes]:
     return framed
 
 
-def take_over(topic: str, data_path: str, topic_log: TopicLog, options) -> int:
+def take_over(topic: str, data_path: str, topic_log: TopicLog, options: NSQDOptions) -> int:
     """Append the disk-queue messages of ``topic`` and its channels to
     ``topic_log`` and set each channel to read its own (see the module
     docstring). Returns how many messages were taken over (0: nothing to do).
