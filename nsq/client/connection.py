@@ -21,7 +21,7 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from nsq._internal.addresses import fmt_addr, split_host_port
 from nsq._internal.neterrors import error_words
@@ -80,7 +80,7 @@ class _Protocol(asyncio.Protocol):
         self.conn = conn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.conn._transport = transport  # type: ignore[assignment]
+        self.conn._transport = cast(asyncio.Transport, transport)  # a stream connection's: it writes
 
     def data_received(self, data: bytes) -> None:
         self.conn._data_received(data)
@@ -141,7 +141,7 @@ class Connection:
         self.close_error: Exception | None = None
         self._transport: asyncio.Transport | None = None
         self._reader = FrameReader()
-        self._pending: deque[asyncio.Future] = deque()
+        self._pending: deque[asyncio.Future[bytes]] = deque()
         self._closed_event = asyncio.Event()
         self.tls_context = tls_context
         self.auth_secret = auth_secret
@@ -151,11 +151,11 @@ class Connection:
         self._codec: Codec | None = None
         # (future, hook): when the response for ``future`` is read, ``hook``
         # runs before any later byte is parsed (a stream upgrade starts there)
-        self._hook: tuple[asyncio.Future, Callable[[bytes], bool]] | None = None
+        self._hook: tuple[asyncio.Future[bytes], Callable[[bytes], bool]] | None = None
         self._hold = False
         #: inside :meth:`batched`: what :meth:`send` is asked to write, joined at the end
         self._batch: list[bytes] | None = None
-        self._compression_ok: asyncio.Future | None = None
+        self._compression_ok: asyncio.Future[bytes] | None = None
 
     def __repr__(self) -> str:
         return f"Connection({self.address})"
@@ -222,11 +222,16 @@ class Connection:
             self._pending.append(ok)
             if self._compression():
                 self._hook = (ok, self._start_compression)
-            self._transport = await loop.start_tls(self._transport, self._protocol, self.tls_context,
-                                                   server_hostname=self.host)
+            assert self._protocol is not None  # made with the transport
+            tls_transport = await loop.start_tls(self._transport, self._protocol, self.tls_context,
+                                                 server_hostname=self.host)
+            if tls_transport is None:  # the connection went during the handshake
+                raise ConnectionClosedError(f"connection to {self.address} closed during the TLS handshake")
+            self._transport = tls_transport
             self._hold = False
             await ok
         if self._compression():
+            assert self._compression_ok is not None  # set by _start_compression, from the IDENTIFY answer
             await self._compression_ok
         if data != b"OK" and self.features.get("auth_required"):
             if not self.auth_secret:
@@ -291,7 +296,9 @@ class Connection:
         self._write(data)
 
     def _write(self, data: bytes) -> None:
-        self._transport.write(self._codec.encode(data) if self._codec is not None else data)  # type: ignore[union-attr]
+        transport = self._transport
+        assert transport is not None  # callers check that the connection is open
+        transport.write(self._codec.encode(data) if self._codec is not None else data)
 
     @contextlib.contextmanager
     def batched(self) -> Iterator[None]:
@@ -305,7 +312,8 @@ class Connection:
         if self._batch is not None:
             yield
             return
-        self._batch = parts = []
+        parts: list[bytes] = []
+        self._batch = parts
         try:
             yield
         finally:
@@ -313,7 +321,7 @@ class Connection:
             if parts and not self.closed and self._transport is not None:
                 self._write(b"".join(parts))
 
-    def command(self, data: bytes) -> asyncio.Future:
+    def command(self, data: bytes) -> asyncio.Future[bytes]:
         """Write a command that nsqd answers; the future gets the response data.
 
         The future fails with :class:`ErrorResponse` for an error frame or

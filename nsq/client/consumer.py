@@ -24,6 +24,7 @@ after failures and test the waters with RDY 1.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import random
@@ -34,7 +35,7 @@ from typing import Any
 from nsq.client.connection import Connection
 from nsq.client.errors import ClientConfigError
 from nsq.client.message import Message
-from nsq.client.rdy import RdyController
+from nsq.client.rdy import RdyController, Sends
 from nsq.protocol import commands
 from nsq.protocol.message import DecodedMessage
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
@@ -151,20 +152,20 @@ class Consumer:
         self.lookupd_poll_jitter = lookupd_poll_jitter
         self._lookupd_client = lookupd_client
         self._own_lookupd_client = lookupd_client is None
-        self._poll_task: asyncio.Task | None = None
+        self._poll_task: asyncio.Task[None] | None = None
         self._recheck = asyncio.Event()
         #: nsqd addresses found through lookupd (not in ``addresses``)
         self._discovered: set[str] = set()
         self._connecting: set[str] = set()
         self.connections: dict[str, Connection] = {}
         self.max_backoff_duration = max_backoff_duration
-        self.rdy = RdyController(max_in_flight, backoff_multiplier, max_backoff_duration or 1.0,
+        self.rdy: RdyController[Connection] = RdyController(max_in_flight, backoff_multiplier, max_backoff_duration or 1.0,
                                  low_rdy_idle_timeout)
         self._backoff_timer: asyncio.TimerHandle | None = None
-        self._tick_task: asyncio.Task | None = None
+        self._tick_task: asyncio.Task[None] | None = None
         self._in_flight: dict[Connection, int] = {}
-        self._tasks: set[asyncio.Task] = set()
-        self._reconnect_tasks: dict[str, asyncio.Task] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._reconnect_tasks: dict[str, asyncio.Task[None]] = {}
         self._closing = False
         self._closed = asyncio.Event()
         self.message_count = 0
@@ -299,7 +300,7 @@ class Consumer:
         cap = conn.features.get("max_rdy_count") if isinstance(conn.features, dict) else None
         self._apply(self.rdy.add(conn, int(cap) if isinstance(cap, int) and cap > 0 else None, _now()))
 
-    def _apply(self, sends) -> None:
+    def _apply(self, sends: Sends[Connection]) -> None:
         """Send the RDY commands the controller decided."""
         for conn, count in sends:
             if not conn.closed:
@@ -420,11 +421,11 @@ class Consumer:
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(result)
             self._tasks.add(task)
-            task.add_done_callback(lambda t, m=msg: self._handler_done(t, m))
+            task.add_done_callback(functools.partial(self._handler_done, msg=msg))
         else:
             self._respond(msg, result)
 
-    def _handler_done(self, task: asyncio.Task, msg: Message) -> None:
+    def _handler_done(self, task: asyncio.Task[Any], msg: Message) -> None:
         self._tasks.discard(task)
         if task.cancelled():
             # shutting down: hand it back at once, not as a failure

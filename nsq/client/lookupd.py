@@ -180,7 +180,7 @@ class HTTPAPIClient:
         return data
 
     async def get(self, address: str, path: str, params: dict[str, str] | None = None, *,
-                  ok_404: bool = False) -> dict | None:
+                  ok_404: bool = False) -> dict[str, Any] | None:
         """GET ``path`` (``/stats`` ...): the JSON object answered, None on a
         404 accepted by ``ok_404``.
 
@@ -188,7 +188,8 @@ class HTTPAPIClient:
             HTTPAPIError (this client's ``error_class``): unreachable, or an
                 error or non-object answer.
         """
-        return await self._request("GET", address, path, params, ok_404=ok_404)
+        data: dict[str, Any] | None = await self._request("GET", address, path, params, ok_404=ok_404)
+        return data
 
     async def post(self, address: str, path: str, *, ok_404: bool = False, **params: str) -> bool:
         """POST an admin endpoint (``/topic/delete``, ``/channel/pause`` ...).
@@ -205,10 +206,17 @@ class HTTPAPIClient:
         """
         return await self._request("POST", address, path, params, ok_404=ok_404) is not None
 
-    async def info(self, address: str) -> dict:
+    async def info(self, address: str) -> dict[str, Any]:
         """GET /info: ``{"version", ...}`` (nsqd adds broadcast_address,
         hostname, http_port, tcp_port, start_time). Raises HTTPAPIError."""
-        return await self._request("GET", address, "/info")
+        return await self._answer("GET", address, "/info")
+
+    async def _answer(self, method: str, address: str, path: str, params: dict[str, str] | None = None
+                      ) -> dict[str, Any]:
+        """:meth:`_request` without ``ok_404``: a 404 raises, so there is always an object."""
+        data: dict[str, Any] | None = await self._request(method, address, path, params)
+        assert data is not None  # None only with ok_404
+        return data
 
 
 @dataclass(frozen=True)
@@ -234,7 +242,7 @@ class Producer:
     tombstones: tuple[bool, ...] = ()
 
     @classmethod
-    def from_json(cls, obj: dict) -> Producer:
+    def from_json(cls, obj: dict[str, Any]) -> Producer:
         """From one ``producers`` entry (``address`` stands in for a missing
         ``broadcast_address``, as lookupds before 0.2.x sent)."""
 
@@ -262,7 +270,7 @@ class Producer:
         return fmt_addr(self.broadcast_address, self.http_port)
 
 
-class ProducerList(list):  # list[Producer]
+class ProducerList(list[Producer]):
     """The producers found, and the lookupds that failed while others
     answered (Go returns both: the producers and an ``ErrList``).
 
@@ -309,7 +317,7 @@ class LookupdHTTPClient(HTTPAPIClient):
 
     error_class = LookupdError
 
-    async def lookup(self, address: str, topic: str) -> dict:
+    async def lookup(self, address: str, topic: str) -> dict[str, list[Any]]:
         """GET /lookup: ``{"channels": [...], "producers": [...]}``; both empty
         if the lookupd does not know the topic.
 
@@ -323,15 +331,15 @@ class LookupdHTTPClient(HTTPAPIClient):
 
     async def topics(self, address: str) -> list[str]:
         """GET /topics: topic names. Raises LookupdError."""
-        return list((await self._request("GET", address, "/topics")).get("topics") or [])
+        return list((await self._answer("GET", address, "/topics")).get("topics") or [])
 
     async def channels(self, address: str, topic: str) -> list[str]:
         """GET /channels?topic=: channel names. Raises LookupdError."""
-        return list((await self._request("GET", address, "/channels", {"topic": topic})).get("channels") or [])
+        return list((await self._answer("GET", address, "/channels", {"topic": topic})).get("channels") or [])
 
-    async def nodes(self, address: str) -> list[dict]:
+    async def nodes(self, address: str) -> list[dict[str, Any]]:
         """GET /nodes: nsqd producers with ``topics`` and ``tombstones``. Raises LookupdError."""
-        return list((await self._request("GET", address, "/nodes")).get("producers") or [])
+        return list((await self._answer("GET", address, "/nodes")).get("producers") or [])
 
     async def channels_all(self, addresses: list[str], topic: str) -> tuple[list[str], list[HTTPAPIError]]:
         """``/channels`` on every lookupd concurrently (Go's
@@ -375,14 +383,14 @@ async def topic_producers(lookupd_http_addresses: Iterable[str], topic: str, *,
     Raises:
         LookupdQueryError: every lookupd failed (``errors`` says why).
     """
-    async def producers(lookupd: LookupdHTTPClient, address: str) -> list:
+    async def producers(lookupd: LookupdHTTPClient, address: str) -> list[dict[str, Any]]:
         return (await lookupd.lookup(address, topic))["producers"]
 
     return await union_producers(lookupd_http_addresses, producers, client)
 
 
 async def union_producers(lookupd_http_addresses: Iterable[str],
-                          ask: Callable[[LookupdHTTPClient, str], Awaitable[list]],
+                          ask: Callable[[LookupdHTTPClient, str], Awaitable[list[dict[str, Any]]]],
                           client: LookupdHTTPClient | None = None) -> ProducerList:
     """Ask every lookupd with ``ask(client, address)`` (its producer JSON
     objects) at once and unite the answers by TCP address, first seen first

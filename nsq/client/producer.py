@@ -42,7 +42,7 @@ class Producer:
         self.tls_context = tls_context
         self.auth_secret = auth_secret
         self._conn: Connection | None = None
-        self._connecting: asyncio.Future | None = None
+        self._connecting: asyncio.Future[Connection] | None = None
 
     async def connect(self) -> None:
         """Connect now (publishing connects on demand anyway)."""
@@ -55,21 +55,22 @@ class Producer:
         if self._connecting is not None:
             return await asyncio.shield(self._connecting)
         loop = asyncio.get_running_loop()
-        self._connecting = loop.create_future()
+        connecting: asyncio.Future[Connection] = loop.create_future()
+        self._connecting = connecting
         try:
             conn = Connection(self.address, self.identify, connect_timeout=self.connect_timeout,
                               tls_context=self.tls_context, auth_secret=self.auth_secret)
             await conn.connect()
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
-                self._connecting.cancel()
+                connecting.cancel()
             else:
-                self._connecting.set_exception(exc)
-                self._connecting.exception()  # mark retrieved
+                connecting.set_exception(exc)
+                connecting.exception()  # mark retrieved
             self._connecting = None
             raise
         self._conn = conn
-        self._connecting.set_result(conn)
+        connecting.set_result(conn)
         self._connecting = None
         return conn
 

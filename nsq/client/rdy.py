@@ -34,10 +34,14 @@ from __future__ import annotations
 import random
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 __all__ = ["ConnRdy", "RdyController"]
 
-Sends = list[tuple[Hashable, int]]
+#: a connection as the controller knows it (the consumer uses its Connection objects)
+K = TypeVar("K", bound=Hashable)
+#: ``(connection, RDY count)`` to send, in order
+Sends = list[tuple[K, int]]
 
 
 @dataclass
@@ -59,7 +63,7 @@ class ConnRdy:
     last_rdy: float = 0.0
 
 
-class RdyController:
+class RdyController(Generic[K]):
     """RDY counts and backoff state for one consumer's connections.
 
     Args:
@@ -82,7 +86,7 @@ class RdyController:
         self.max_backoff = max_backoff
         self.low_rdy_idle_timeout = low_rdy_idle_timeout
         self.rng = rng or random.Random()
-        self.conns: dict[Hashable, ConnRdy] = {}
+        self.conns: dict[K, ConnRdy] = {}
         #: consecutive-failure level (0: not backing off)
         self.backoff_level = 0
         #: True between the start of a backoff wait and its expiry
@@ -109,11 +113,11 @@ class RdyController:
 
     def backoff_duration(self, level: int) -> float:
         """Seconds of backoff at ``level`` (exponential, capped)."""
-        return min(self.backoff_multiplier * (2 ** level), self.max_backoff)
+        return min(self.backoff_multiplier * (2.0 ** level), self.max_backoff)
 
     # -- sending -----------------------------------------------------------------
 
-    def _set(self, key: Hashable, count: int, now: float, out: Sends) -> None:
+    def _set(self, key: K, count: int, now: float, out: Sends[K]) -> None:
         """Queue RDY ``count`` for ``key``, capped by nsqd's max and by what
         ``max_in_flight`` leaves (go-nsq's updateRDY)."""
         c = self.conns[key]
@@ -130,12 +134,12 @@ class RdyController:
 
     # -- events ------------------------------------------------------------------
 
-    def add(self, key: Hashable, max_rdy: int | None, now: float) -> Sends:
+    def add(self, key: K, max_rdy: int | None, now: float) -> Sends[K]:
         """A connection subscribed: RDY 1 to start (it grows to the share on
         its first message, go-nsq ``maybeUpdateRDY``), others trimmed to the new share.
         Returns the RDY commands to send."""
         self.conns[key] = ConnRdy(max_rdy=max_rdy or 2500, last_message=now)
-        out: Sends = []
+        out: Sends[K] = []
         if self.closing or not self.max_in_flight:
             return out
         if self.in_backoff():
@@ -149,14 +153,14 @@ class RdyController:
         self._set(key, 1, now, out)
         return out
 
-    def remove(self, key: Hashable, now: float) -> Sends:
+    def remove(self, key: K, now: float) -> Sends[K]:
         """A connection closed or was dropped; its share goes to the others."""
         self.conns.pop(key, None)
         return self.rebalance(now)
 
-    def rebalance(self, now: float) -> Sends:
+    def rebalance(self, now: float) -> Sends[K]:
         """Give every connection its share (not during backoff or close)."""
-        out: Sends = []
+        out: Sends[K] = []
         if self.closing or self.in_backoff_wait:
             return out
         if self.in_backoff():
@@ -181,7 +185,7 @@ class RdyController:
                     self._set(key, share, now, out)
         return out
 
-    def message(self, key: Hashable, now: float) -> Sends:
+    def message(self, key: K, now: float) -> Sends[K]:
         """A message arrived on ``key``: refresh RDY when it runs low."""
         c = self.conns.get(key)
         if c is None:
@@ -192,13 +196,13 @@ class RdyController:
         if self.closing or self.in_backoff() or c.rdy == 0:
             return []
         if c.remaining <= 1 or c.remaining < c.rdy // 4:
-            out: Sends = []
+            out: Sends[K] = []
             share = self.per_conn() if len(self.conns) <= self.max_in_flight else c.rdy
             self._set(key, share, now, out)
             return out
         return []
 
-    def result(self, success: bool | None, now: float) -> tuple[Sends, float | None]:
+    def result(self, success: bool | None, now: float) -> tuple[Sends[K], float | None]:
         """A handler's outcome: True success, False failure, None neutral.
 
         Returns:
@@ -212,7 +216,7 @@ class RdyController:
                 return [], None
             self.backoff_level -= 1
             if self.backoff_level == 0:
-                out: Sends = []
+                out: Sends[K] = []
                 share = self.per_conn()
                 for key in self.conns:
                     self._set(key, share, now, out)
@@ -226,7 +230,7 @@ class RdyController:
         self.in_backoff_wait = True
         return out, self.backoff_duration(self.backoff_level)
 
-    def backoff_expired(self, now: float) -> tuple[Sends, float | None]:
+    def backoff_expired(self, now: float) -> tuple[Sends[K], float | None]:
         """The backoff wait ended: RDY 1 on one random connection.
 
         Returns (RDY commands, seconds to wait again if there is no connection).
@@ -237,15 +241,15 @@ class RdyController:
         if not self.conns:
             self.in_backoff_wait = True
             return [], 1.0
-        out: Sends = []
+        out: Sends[K] = []
         key = self.rng.choice(list(self.conns))
         self._set(key, 1, now, out)
         return out, None
 
-    def tick(self, now: float) -> Sends:
+    def tick(self, now: float) -> Sends[K]:
         """Periodic check (every few seconds): with more connections than
         ``max_in_flight``, move RDY from idle connections to random others."""
-        out: Sends = []
+        out: Sends[K] = []
         if self.closing or self.in_backoff_wait or not self.conns:
             return out
         if len(self.conns) <= self.max_in_flight and not self.in_backoff():
@@ -261,10 +265,10 @@ class RdyController:
             self._set(key, 1, now, out)
         return out
 
-    def set_max_in_flight(self, max_in_flight: int, now: float) -> Sends:
+    def set_max_in_flight(self, max_in_flight: int, now: float) -> Sends[K]:
         """Change ``max_in_flight`` (0 pauses every connection)."""
         self.max_in_flight = max_in_flight
-        out: Sends = []
+        out: Sends[K] = []
         if max_in_flight == 0:
             for key, c in self.conns.items():
                 if c.rdy:
@@ -272,10 +276,10 @@ class RdyController:
             return out
         return self.rebalance(now)
 
-    def close(self, now: float) -> Sends:
+    def close(self, now: float) -> Sends[K]:
         """Stop the flow: RDY 0 everywhere (before CLS)."""
         self.closing = True
-        out: Sends = []
+        out: Sends[K] = []
         for key, c in self.conns.items():
             if c.rdy:
                 self._set(key, 0, now, out)
