@@ -11,8 +11,8 @@ reading by offset", nsq/server/nsqd/http_log.py), paging on with the
      8 bytes     8 bytes           2 bytes       16 bytes    4 bytes   size bytes
 
 all big-endian, and becomes one Arrow record batch (:func:`decode_page`).
-The request is a blocking ``urllib.request`` call (stdlib): an executor
-task is synchronous and reads one page at a time.
+The request is a blocking ``urllib.request`` call (stdlib), made by a
+thread one page ahead of the decoding.
 
 Above ``end`` nothing is read, so a range reads the same rows every time
 while nsqd retains it. Offsets below the oldest retained message answer
@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import struct
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -160,6 +162,10 @@ def read_range(nsqd: str, topic: str, start: int, end: int, *, clamp: bool = Fal
     """Offsets ``[start, end)`` of ``topic`` on ``nsqd`` (its HTTP address,
     ``host:port`` or ``https://host:port``), one Arrow record batch per page.
 
+    A thread fetches the pages one after another (the next as soon as a
+    page's ``X-NSQ-Next-Offset`` is known) while this generator decodes
+    the one before: nsqd's work and the decoding overlap.
+
     Args:
         clamp: offsets below the oldest retained are skipped (the range of
             a newly found nsqd), not an error.
@@ -172,6 +178,23 @@ def read_range(nsqd: str, topic: str, start: int, end: int, *, clamp: bool = Fal
         OSError: nsqd unreachable (after :data:`ATTEMPTS` tries).
         RuntimeError: nsqd refused the read (its reason in the text).
     """
+    pages = _pages(nsqd, topic, start, end, clamp, fail_on_data_loss, auth_secret, page_messages, page_bytes)
+    for offset, lenient, body in _prefetched(pages):
+        batch, _ = decode_page(body, topic, nsqd, end)
+        if not batch.num_rows:
+            continue
+        first = batch.column(6)[0].as_py()
+        if first != offset and not lenient:
+            if fail_on_data_loss:
+                raise DataLossError(nsqd, topic, offset, first, f"to {first - 1} are missing from the log")
+            log.warning("nsq offsets source: %s %s offsets %d-%d missing", nsqd, topic, offset, first - 1)
+        yield batch
+
+
+def _pages(nsqd: str, topic: str, start: int, end: int, clamp: bool, fail_on_data_loss: bool, auth_secret: str,
+           page_messages: int, page_bytes: int) -> Iterator[tuple[int, bool, bytes]]:
+    """``(offset asked for, clamped, body)`` of each /topic/read of the
+    range, in order (see :func:`read_range` for the errors)."""
     base = nsqd if "://" in nsqd else f"http://{nsqd}"
     headers = {"Accept": "application/octet-stream"}
     if auth_secret:
@@ -196,15 +219,12 @@ def read_range(nsqd: str, topic: str, start: int, end: int, *, clamp: bool = Fal
                             reason, end)
                 return
             raise RuntimeError(f"nsqd {nsqd}: GET /topic/read answered {status} {reason}")
-        batch, after = decode_page(body, topic, nsqd, end)
-        nxt = int(resp_headers.get("X-NSQ-Next-Offset", after if after >= 0 else offset))
-        if batch.num_rows:
-            first = batch.column(6)[0].as_py()
-            if first != offset and not lenient:
-                if fail_on_data_loss:
-                    raise DataLossError(nsqd, topic, offset, first, f"to {first - 1} are missing from the log")
-                log.warning("nsq offsets source: %s %s offsets %d-%d missing", nsqd, topic, offset, first - 1)
-            yield batch
+        try:
+            nxt = int(resp_headers["X-NSQ-Next-Offset"])
+        except (KeyError, ValueError):
+            raise RuntimeError(f"nsqd {nsqd}: GET /topic/read answered without X-NSQ-Next-Offset") from None
+        if body:
+            yield offset, lenient, body
         elif nxt <= offset:  # nothing at offset although it is below end: the head is behind end
             if fail_on_data_loss:
                 raise DataLossError(nsqd, topic, offset, -1, "is past the head of the topic's log (the log "
@@ -213,3 +233,45 @@ def read_range(nsqd: str, topic: str, start: int, end: int, *, clamp: bool = Fal
             return
         lenient = False
         offset = min(nxt, end)
+
+
+_DONE = object()
+
+
+def _prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
+    """``items``, produced by a thread up to ``depth`` ahead of the caller;
+    an exception the producer raises is raised here, in order. Closing the
+    generator early stops the producer at its next item."""
+    out: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(entry: tuple[Any, BaseException | None]) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((item, None)):
+                    return
+            put((_DONE, None))
+        except BaseException as exc:  # handed to the consumer
+            put((_DONE, exc))
+
+    thread = threading.Thread(target=produce, name="nsq-spark-read", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = out.get()
+            if item is _DONE:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
