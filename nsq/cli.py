@@ -47,7 +47,8 @@ class LazyGroup(click.Group):
         if spec is None:
             return None
         module = importlib.import_module(spec[0])
-        return getattr(module, spec[1])
+        command: click.Command = getattr(module, spec[1])
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, SUBCOMMANDS[name][2]) for name in self.list_commands(ctx)]

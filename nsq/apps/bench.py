@@ -222,7 +222,7 @@ def _expect(pipe: Any, what: str) -> int:
         raise BenchError(value)
     if tag != what:
         raise BenchError(f"worker said {tag!r}, expected {what!r}")
-    return value
+    return int(value)
 
 
 def run_writer(opts: BenchOptions, progress: Progress | None = None) -> BenchResult:

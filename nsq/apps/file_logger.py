@@ -33,6 +33,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -123,7 +124,7 @@ class FileLogger:
     File errors (``OSError``) propagate: the caller stops, as Go exits.
     """
 
-    def __init__(self, opts: FileLoggerOptions, topic: str, clock=time.time) -> None:
+    def __init__(self, opts: FileLoggerOptions, topic: str, clock: Callable[[], float] = time.time) -> None:
         self.opts = opts
         self.topic = topic
         self.clock = clock
@@ -207,6 +208,7 @@ class FileLogger:
         """Append ``body`` and a newline (to the open file; call
         :meth:`update_file` first when :meth:`needs_rotation`)."""
         writer = self._gz if self._gz is not None else self._out
+        assert writer is not None  # update_file opened it
         writer.write(body)
         writer.write(b"\n")
         self.filesize += len(body) + 1

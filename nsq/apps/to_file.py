@@ -221,7 +221,8 @@ class ToFile:
             if topic in self.archivers:
                 continue
             if not self.allowed(topic):
-                log.warning("skipping topic %s (doesn't match pattern %s)", topic, self.pattern.pattern)
+                pattern = self.pattern.pattern if self.pattern is not None else ""
+                log.warning("skipping topic %s (doesn't match pattern %s)", topic, pattern)
                 continue
             archiver = TopicArchiver(topic, self.channel, self.opts, self.consumer_args)
             archiver.on_error = lambda exc: self.failed_event.set()

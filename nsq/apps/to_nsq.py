@@ -49,11 +49,14 @@ import logging
 import math
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsq.apps.status import TimerMetrics
+
+if TYPE_CHECKING:
+    from nsq.client.message import Message
 
 __all__ = ["NSQForwarder", "JSONFilter", "go_json_decode", "go_json_encode", "go_parse_float", "PASS", "DROP",
            "BACKOFF", "DRAIN_TIMEOUT"]
@@ -71,8 +74,10 @@ PASS, DROP, BACKOFF = "pass", "drop", "backoff"
 
 
 def _go_replace(exc: UnicodeError) -> tuple[str, int]:
-    # Go decodes each byte of an invalid UTF-8 sequence to one U+FFFD
-    return "\ufffd", exc.start + 1  # type: ignore[attr-defined]
+    # Go decodes each byte of an invalid UTF-8 sequence to one U+FFFD;
+    # registered for decoding only, so ``exc`` is a UnicodeDecodeError
+    assert isinstance(exc, UnicodeDecodeError)
+    return "\ufffd", exc.start + 1
 
 
 codecs.register_error("nsq-go-replace", _go_replace)
@@ -330,13 +335,13 @@ class NSQForwarder:
         self._lookupd_client: Any = None
         self._started = self._running = self._closed = False
 
-    def _handler(self, topic: str):
+    def _handler(self, topic: str) -> Callable[[Message], Awaitable[bool]]:
         """The Consumer handler for messages of ``topic``: filter, pick a
         destination, publish, answer."""
         dest_topic = self.destination_topic or topic
         jfilter = self.json_filter
 
-        async def handle(msg) -> bool:
+        async def handle(msg: Message) -> bool:
             body = msg.body
             if jfilter is not None:
                 verdict, body = jfilter.apply(body)

@@ -102,8 +102,10 @@ class Cluster:
 
     async def _lookupd_nodes(self, errors: list[NodeError]) -> tuple[list[LookupdInfo], list[NodeInfo], list[str]]:
         async def ask(address: str) -> tuple[Any, Any, Any]:
-            return await asyncio.gather(self.lookupd.nodes(address), self.lookupd.topics(address),
-                                        self.lookupd.info(address), return_exceptions=True)
+            answers: tuple[Any, Any, Any] = await asyncio.gather(
+                self.lookupd.nodes(address), self.lookupd.topics(address), self.lookupd.info(address),
+                return_exceptions=True)
+            return answers
 
         answers = await asyncio.gather(*(ask(a) for a in self.lookupd_addresses))
         lookupds: list[LookupdInfo] = []

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from nsq.commands._go import GoDuration, ShownRequired, fail, run_async, stop_event
+from nsq.commands._go import Decorator, GoDuration, ShownRequired, fail, run_async, stop_event
 
 __all__ = ["consumer_flags", "check_sources", "consumer_settings", "producer_settings", "run_forwarder", "stop_event",
            "tool_version",
@@ -27,7 +27,7 @@ def user_agent(tool: str) -> str:
     return f"{tool}/{__version__} nsq-python/{__version__}"
 
 
-def tool_version(tool: str):
+def tool_version(tool: str) -> Decorator:
     """A ``--version`` flag printing ``<tool> v<version>`` as the Go tools do."""
     from nsq import NSQ_VERSION, __version__
 
@@ -41,7 +41,7 @@ def tool_version(tool: str):
 
 
 def consumer_flags(tool: str, default_channel: str | None, request_timeout: float = 5.0,
-                   topic_multiple: bool = True, topic_required: bool = False):
+                   topic_multiple: bool = True, topic_required: bool = False) -> Decorator:
     """Decorator adding the consumer flags of Go's ``tool``.
 
     Adds parameters ``topics`` (tuple, or ``topic`` str when not

@@ -11,11 +11,24 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import click
 
 from nsq._internal.durations import format_duration, parse_duration
+
+if TYPE_CHECKING:
+    from nsq.server.options import OptionSpec
+
+class _DaemonOptions(Protocol):
+    log_level: str
+
+
+#: a daemon's options dataclass (NSQDOptions, LookupdOptions)
+Options = TypeVar("Options", bound=_DaemonOptions)
+#: what a click decorator takes and gives back (a function, then a command)
+Decorator = Callable[[Any], Any]
 
 __all__ = ["GoBool", "GoBoolOption", "GoCommand", "GoDuration", "ShownRequired", "fail", "go_bool_option", "flag_values", "collect_options", "run_async", "serve_daemon",
            "spec_options", "stop_event"]
@@ -80,7 +93,7 @@ class GoBoolOption(click.Option):
         return record[0].rstrip(), record[1]
 
 
-def go_bool_option(*names: str, default: Any = False, help: str = "", **kwargs: Any):
+def go_bool_option(*names: str, default: Any = False, help: str = "", **kwargs: Any) -> Decorator:
     """``click.option`` of a :class:`GoBoolOption`."""
     return click.option(*names, cls=GoBoolOption, default=default, help=help, **kwargs)
 
@@ -125,13 +138,13 @@ def fmt_default(value: Any) -> str:
 def run_async(main: Any) -> Any:
     """Run a coroutine on uvloop when installed, else the stdlib loop."""
     try:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop
     except ImportError:
         return asyncio.run(main)
     return uvloop.run(main)
 
 
-def fail(message: str, code: int = 1) -> None:
+def fail(message: str, code: int = 1) -> NoReturn:
     """Print one error line to stderr and exit non-zero (no traceback)."""
     click.echo(f"Error: {message}", err=True)
     sys.exit(code)
@@ -146,7 +159,7 @@ def _param_name(flag: str) -> str:
 _SAYS_DEFAULT = re.compile(r"\(defaults?\b|\bdefaults? (to|is|none)\b|\bdefault:")
 
 
-def spec_options(specs, defaults: Any, shown: dict[str, str] | None = None):
+def spec_options(specs: Sequence[OptionSpec], defaults: Any, shown: dict[str, str] | None = None) -> Decorator:
     """A decorator adding one click option per :class:`~nsq.server.options.OptionSpec`.
 
     Args:
@@ -188,7 +201,7 @@ def spec_options(specs, defaults: Any, shown: dict[str, str] | None = None):
     return decorate
 
 
-def flag_values(specs, flags: dict[str, Any]) -> dict[str, Any]:
+def flag_values(specs: Sequence[OptionSpec], flags: dict[str, Any]) -> dict[str, Any]:
     """``{config key: value}`` for the flags given on the command line.
 
     Raises:
@@ -287,7 +300,8 @@ def stop_event() -> asyncio.Event:
     return event
 
 
-def collect_options(options: Any, specs, load_config, config: str | None, flags: dict[str, Any]) -> Any:
+def collect_options(options: Options, specs: Sequence[OptionSpec], load_config: Callable[[str], dict[str, Any]],
+                    config: str | None, flags: dict[str, Any]) -> Options:
     """Fill the options dataclass ``options``: its defaults, then the TOML
     ``config`` file (read with ``load_config``), then the flags given on the
     command line (Go's precedence); check ``log_level``.

@@ -18,14 +18,14 @@ from typing import Any
 
 import click
 
-from nsq.commands._go import GoCommand, GoDuration, fail, go_bool_option
+from nsq.commands._go import Decorator, GoCommand, GoDuration, fail, go_bool_option
 
 __all__ = ["access", "admin"]
 
 _TRUE = ("1", "true", "t", "yes", "y", "on")
 
 
-def _bool_flag(name: str, help_text: str):
+def _bool_flag(name: str, help_text: str) -> Decorator:
     return go_bool_option(name, default="false", help=help_text)
 
 

@@ -4,6 +4,7 @@ a PUB -> consumer latency probe (:mod:`nsq.apps.bench`)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -109,7 +110,9 @@ def _run(mode: str, flags: dict[str, Any]) -> None:
         connections=flags.get("connections") or lib.default_connections(),
         until=flags.get("until") or "delivered",
     )
-    runner = {"writer": lib.run_writer, "reader": lib.run_reader, "latency": lib.run_latency}[mode]
+    runners: dict[str, Callable[..., lib.BenchResult | lib.LatencyResult]] = {
+        "writer": lib.run_writer, "reader": lib.run_reader, "latency": lib.run_latency}
+    runner = runners[mode]
     bar = _ProgressBar(mode, opts.runfor) if sys.stdout.isatty() else None
     try:
         if bar is None:

@@ -11,16 +11,20 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from nsq.commands._consumer import check_sources, consumer_flags, consumer_settings, stop_event
-from nsq.commands._go import GoCommand, GoDuration, fail, go_bool_option, run_async
+from nsq.commands._go import Decorator, GoCommand, GoDuration, fail, go_bool_option, run_async
+
+if TYPE_CHECKING:
+    from nsq.apps.file_logger import FileLoggerOptions
 
 __all__ = ["to_file"]
 
 
-def _bool_flag(name: str, help_text: str):
+def _bool_flag(name: str, help_text: str) -> Decorator:
     return go_bool_option(name, default=False, help=help_text)
 
 
@@ -118,8 +122,9 @@ def to_file(topics: tuple[str, ...], channel: str, addresses: tuple[str, ...], l
     sys.exit(code)
 
 
-async def _run(topics, channel, addresses, lookupd, opts, identify, kwargs, topic_pattern, topic_refresh,
-               connect_timeout, request_timeout) -> int:
+async def _run(topics: list[str], channel: str, addresses: list[str], lookupd: list[str], opts: FileLoggerOptions,
+               identify: dict[str, Any], kwargs: dict[str, Any], topic_pattern: str, topic_refresh: float,
+               connect_timeout: float, request_timeout: float) -> int:
     from nsq.apps.to_file import ToFile
     from nsq.client.lookupd import LookupdHTTPClient
 

@@ -271,7 +271,8 @@ class ProcessCluster:
                 producers = json.loads(body).get("producers") or []
             except (ValueError, AttributeError):
                 continue
-            seen.update((p.get("tcp_port"), p.get("http_port")) for p in producers if isinstance(p, dict))
+            seen.update((int(p.get("tcp_port") or 0), int(p.get("http_port") or 0))
+                        for p in producers if isinstance(p, dict))
         return len(ports & seen)
 
     async def wait_registered(self, timeout: float = 10.0) -> int:
@@ -317,9 +318,9 @@ class ProcessCluster:
         for group in (self.nsqds, [self.lookupd] if self.lookupd else []):
             started = [d for d in group if d.process]
             for d in started:
-                if d.returncode is None:
+                if d.process is not None and d.process.returncode is None:
                     try:
-                        d.process.terminate()  # type: ignore[union-attr]
+                        d.process.terminate()
                     except ProcessLookupError:
                         pass
             for d in started:

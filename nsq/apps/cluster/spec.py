@@ -141,4 +141,5 @@ def free_port(host: str) -> int:
             s.bind((host, 0))
         except OSError as exc:
             raise ClusterError(f"cannot listen on {host}: {exc.strerror or exc}") from None
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
