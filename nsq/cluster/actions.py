@@ -18,6 +18,9 @@ tombstone_topic_     lookupds ``POST /topic/tombstone?topic=&node=``, then
 producer             ``POST /topic/delete`` on that nsqd (as nsqadmin)
 drain_node           ``POST /drain`` on one nsqd (beyond nsqadmin: this
                      project's nsqd drains, then exits; Go nsqd answers 404)
+rewind_channel       ``POST /channel/rewind?topic=&channel=&since=`` on each
+                     nsqd of the channel (beyond nsqadmin: this project's
+                     ``--storage=wal`` nsqd; :mod:`nsq.cluster.rewind`)
 ==================== ========================================================
 
 A 404 from a delete (already gone: this project's lookupd carries deletes
@@ -29,7 +32,9 @@ The notification, POSTed as JSON to ``--notification-http-endpoint``, has
 Go's ``AdminAction`` fields: ``action``, ``topic``, ``channel`` and ``node``
 (left out when empty), ``timestamp`` (Unix seconds), ``user`` (left out
 when empty), ``remote_ip``, ``user_agent``, ``url``, ``via`` (this host's
-name); ``drain_node`` has ``node`` and an empty ``topic``. Where nsqadmin
+name); ``drain_node`` has ``node`` and an empty ``topic``;
+``rewind_channel`` adds ``since`` as the user gave it (and ``"clamp": true``
+when it rewound to the oldest retained message instead). Where nsqadmin
 puts the browser's request, :class:`Actor` gives the acting user
 (``NSQ_ADMIN_USER``, default the login name), where they are
 (``NSQ_ADMIN_REMOTE_IP``, else the SSH client, else 127.0.0.1), their agent
@@ -46,18 +51,19 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
 
 from nsq.client.lookupd import HTTPAPIError
 from nsq.cluster.poller import USER_AGENT, Cluster
+from nsq.cluster.rewind import OFFSET_NOT_RETAINED, error_code, parse_since
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
 
-__all__ = ["ActionResult", "Actor", "Admin"]
+__all__ = ["ActionResult", "Actor", "Admin", "RewindResult", "Rewound"]
 
 log = logging.getLogger("nsq.admin")
 
@@ -135,6 +141,50 @@ class ActionResult:
         return f"{what} {self.subject}: " + "; ".join(self.errors)
 
 
+@dataclass(frozen=True)
+class Rewound:
+    """One nsqd's answer to a rewind: the channel's new ``offset`` in the
+    topic's log and how many messages that puts back (``count``)."""
+
+    node: str
+    offset: int
+    count: int
+
+
+@dataclass
+class RewindResult(ActionResult):
+    """What a ``rewind_channel`` did, per nsqd.
+
+    Attributes:
+        since: the time asked for, as the user gave it (``1h``, an RFC 3339 time).
+        clamp: nsqds were asked to rewind to their oldest retained message
+            when ``since`` is older.
+        rewound: the nsqds that rewound, with their answers.
+        not_retained: ``(node, address)`` of the nsqds that answered
+            ``OFFSET_NOT_RETAINED`` (``since`` is before their oldest
+            retained message): asked again with ``clamp`` they rewind to
+            that one. Also among ``errors``.
+        unavailable: the nsqds without a topic log (``NEEDS_STORAGE_WAL``,
+            or a Go nsqd). Also among ``errors``.
+    """
+
+    since: str = ""
+    clamp: bool = False
+    rewound: list[Rewound] = field(default_factory=list)
+    not_retained: list[tuple[str, str]] = field(default_factory=list)
+    unavailable: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line: each nsqd's offset and count, then what failed."""
+        what = f"rewind {self.subject} to {self.since}" + (" (or the oldest retained)" if self.clamp else "")
+        parts = [f"{r.node} offset {r.offset:,}, {r.count:,} message{'' if r.count == 1 else 's'} again"
+                 for r in self.rewound]
+        return f"{what}: " + "; ".join(parts + self.errors) if parts or self.errors else f"{what}: nothing done"
+
+
+_Result = TypeVar("_Result", bound=ActionResult)
+
+
 class Admin:
     """Performs admin actions on the cluster a :class:`Cluster` reads.
 
@@ -194,6 +244,10 @@ class Admin:
             out["channel"] = result.channel
         if result.node:
             out["node"] = result.node
+        if isinstance(result, RewindResult):
+            out["since"] = result.since
+            if result.clamp:
+                out["clamp"] = True
         out["timestamp"] = int(time.time())
         if self.actor.user:
             out["user"] = self.actor.user
@@ -201,7 +255,7 @@ class Admin:
                    url=self.actor.url_base + path, via=self.actor.via)
         return out
 
-    async def _finish(self, result: ActionResult) -> ActionResult:
+    async def _finish(self, result: _Result) -> _Result:
         """Log and notify an action that reached at least one daemon."""
         if result.done == 0:
             log.warning("ACTION FAILED: %s by %s - %s", result.action, self.actor.user, "; ".join(result.errors))
@@ -381,4 +435,62 @@ class Admin:
                 result.errors.append(str(exc))
         else:
             result.done += 1
+        return await self._finish(result)
+
+    async def rewind_channel(self, topic: str, channel: str, since: str,
+                             nodes: Sequence[tuple[str, str]] | None = None, *, clamp: bool = False) -> RewindResult:
+        """Rewind ``channel`` of ``topic`` to ``since`` on each nsqd (``POST
+        /channel/rewind``): it delivers again every message it retains that
+        was published since then (:mod:`nsq.cluster.rewind`).
+
+        Args:
+            since: a Go duration meaning that long ago, or an RFC 3339 time
+                (checked with :func:`nsq.cluster.rewind.parse_since`), sent
+                as given: each nsqd takes a duration back from its own clock.
+            nodes: ``(name, address)`` of the nsqds to ask (name: how the
+                result names it; address: where its API answers); default
+                every nsqd that has the topic, named by address.
+            clamp: where ``since`` is before the oldest retained message,
+                rewind to that one instead of refusing.
+
+        Returns:
+            per nsqd: its answer, or why not (``OFFSET_NOT_RETAINED``,
+            ``NEEDS_STORAGE_WAL``, unreachable ...).
+        """
+        result = RewindResult("rewind_channel", topic, channel, since=since, clamp=clamp)
+        if not self._check(result):
+            return result
+        try:
+            parse_since(since)
+        except ValueError as exc:
+            result.errors.append(str(exc))
+            return result
+        if nodes is None:
+            nodes = [(a, a) for a in await self._producers(result)]
+        if not nodes:
+            if not result.errors:
+                result.errors.append(f"no nsqd has topic {topic}")
+            return result
+        answers = await asyncio.gather(*(self.cluster.nsqd.rewind(address, topic, channel, since, clamp)
+                                         for _, address in nodes), return_exceptions=True)
+        for (name, address), answer in zip(nodes, answers):
+            if isinstance(answer, HTTPAPIError):
+                code = error_code(answer)
+                if code == OFFSET_NOT_RETAINED:
+                    result.not_retained.append((name, address))
+                    result.errors.append(f"{name}: {OFFSET_NOT_RETAINED} (its oldest retained message is younger)")
+                elif code.startswith("NEEDS_STORAGE_WAL") or code == "NOT_FOUND":
+                    result.unavailable.append(name)
+                    # the server's own words (NEEDS_STORAGE_WAL: start nsqd with --storage=wal)
+                    result.errors.append(f"{name}: {code}" if code != "NOT_FOUND" else f"{name}: no rewind (Go nsqd)")
+                elif code in ("TOPIC_NOT_FOUND", "CHANNEL_NOT_FOUND"):
+                    result.errors.append(f"{name}: {code}")
+                else:
+                    result.errors.append(str(answer))
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                offset, count = answer
+                result.rewound.append(Rewound(name, offset, count))
+                result.done += 1
         return await self._finish(result)

@@ -13,6 +13,13 @@ Go ``apps/nsq_stat``); nsqadmin only shows rates with graphite.
 
 Counts are messages; depths are messages queued (memory + disk); times are
 Unix seconds; e2e latencies are nanoseconds.
+
+An nsqd started with ``--storage=wal`` (this project's, beyond Go: its topic
+log, ``nsq/server/nsqd/http_log.py``) adds to each topic of its ``/stats``
+the log's window (``head_offset``, ``first_offset``, ``retained_bytes``,
+``oldest_timestamp`` in ns, ``retention_time``, ``retention_bytes``: a
+:class:`TopicLog`) and to each channel its ``offset``; other nsqds leave
+these keys out and ``TopicStats.log`` / ``ChannelStats.offset`` stay None.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 from nsq._internal.addresses import fmt_addr
 
 __all__ = ["ChannelStats", "ClientStats", "ClusterSnapshot", "History", "LookupdInfo", "NodeError", "NodeInfo",
-           "Percentile", "TopicStats", "Totals", "aggregate", "apply_rates", "host_port", "merge_e2e",
+           "Percentile", "TopicLog", "TopicStats", "Totals", "aggregate", "apply_rates", "host_port", "merge_e2e",
            "parse_e2e", "version_tuple"]
 
 
@@ -189,6 +196,11 @@ class ChannelStats:
     that, 0 = off) are this project's nsqd only; a Go nsqd's stats lack
     them and they stay 0. An aggregate sums ``dead_letters`` and keeps the
     highest ``max_attempts`` (each nsqd's own in ``nodes``).
+
+    ``offset`` (``/stats`` ``offset``, ``--storage=wal`` nsqds only): the
+    topic-log offset of the next message the channel delivers; None on
+    other nsqds, and always on an aggregate (offsets are per nsqd: see its
+    ``nodes``, :attr:`log_nodes`).
     """
 
     topic: str
@@ -206,6 +218,7 @@ class ChannelStats:
     dead_letters: int = 0
     max_attempts: int = 0
     paused: bool = False
+    offset: int | None = None
     e2e: list[Percentile] = field(default_factory=list)
     clients: list[ClientStats] = field(default_factory=list)
     nodes: list[ChannelStats] = field(default_factory=list)
@@ -220,6 +233,11 @@ class ChannelStats:
         """Messages queued in memory (depth minus disk)."""
         return self.depth - self.backend_depth
 
+    @property
+    def log_nodes(self) -> list[ChannelStats]:
+        """The per-nsqd rows whose nsqd keeps a topic log (an ``offset``)."""
+        return [n for n in self.nodes if n.offset is not None]
+
     @classmethod
     def from_json(cls, topic: str, obj: dict, node: str, hostname: str) -> ChannelStats:
         """One nsqd's channel from its ``/stats`` JSON."""
@@ -231,7 +249,7 @@ class ChannelStats:
                    requeued=_int(obj, "requeue_count"), timed_out=_int(obj, "timeout_count"),
                    messages=_int(obj, "message_count"), client_count=count,
                    dead_letters=_int(obj, "dead_letter_count"), max_attempts=_int(obj, "max_attempts"),
-                   paused=bool(obj.get("paused")),
+                   paused=bool(obj.get("paused")), offset=_int(obj, "offset") if "offset" in obj else None,
                    e2e=parse_e2e(obj.get("e2e_processing_latency")), clients=clients)
 
     def add(self, other: ChannelStats) -> None:
@@ -250,6 +268,65 @@ class ChannelStats:
 
 
 @dataclass
+class TopicLog:
+    """The retained window of a topic's log on ``--storage=wal`` nsqds
+    (``/stats`` topic keys of the same names; see the module doc).
+
+    Attributes:
+        head_offset: the offset the next message published gets (the
+            messages ever appended to the log).
+        first_offset: the offset of the oldest retained message.
+        retained_bytes: bytes of the log on disk.
+        oldest_timestamp: publish time of the oldest retained message,
+            Unix ns; 0 when the log is empty.
+        retention_time: the topic's retention by time, a Go duration
+            (``"24h0m0s"``; ``"0s"``: none).
+        retention_bytes: its retention by size, bytes (0: no cap).
+        nodes: how many nsqds' logs this sums (1 for one nsqd's).
+
+    An aggregate over nsqds (:meth:`merged`) sums the offsets, bytes and
+    :attr:`retained_messages`, keeps the oldest ``oldest_timestamp``, and
+    has ``retention_time`` "" and ``retention_bytes`` -1 where the nsqds
+    differ.
+    """
+
+    head_offset: int
+    first_offset: int
+    retained_bytes: int
+    oldest_timestamp: int
+    retention_time: str
+    retention_bytes: int
+    nodes: int = 1
+
+    @property
+    def retained_messages(self) -> int:
+        """Messages in the retained window (``head_offset - first_offset``)."""
+        return max(0, self.head_offset - self.first_offset)
+
+    @classmethod
+    def from_json(cls, obj: dict) -> TopicLog | None:
+        """From one ``/stats`` topic object; None when it has no ``head_offset`` (not a log)."""
+        if "head_offset" not in obj:
+            return None
+        return cls(head_offset=_int(obj, "head_offset"), first_offset=_int(obj, "first_offset"),
+                   retained_bytes=_int(obj, "retained_bytes"), oldest_timestamp=_int(obj, "oldest_timestamp"),
+                   retention_time=str(obj.get("retention_time") or "0s"),
+                   retention_bytes=_int(obj, "retention_bytes"))
+
+    def merged(self, other: TopicLog) -> TopicLog:
+        """This window and ``other``'s together (another nsqd's)."""
+        oldest = [t for t in (self.oldest_timestamp, other.oldest_timestamp) if t]
+        return TopicLog(head_offset=self.head_offset + other.head_offset,
+                        first_offset=self.first_offset + other.first_offset,
+                        retained_bytes=self.retained_bytes + other.retained_bytes,
+                        oldest_timestamp=min(oldest) if oldest else 0,
+                        retention_time=self.retention_time if self.retention_time == other.retention_time else "",
+                        retention_bytes=self.retention_bytes if self.retention_bytes == other.retention_bytes
+                        else -1,
+                        nodes=self.nodes + other.nodes)
+
+
+@dataclass
 class TopicStats:
     """A topic on one nsqd, or aggregated over nsqds (``node == "*"``).
 
@@ -257,7 +334,9 @@ class TopicStats:
     by name; ``tombstoned`` (per nsqd) comes from lookupd ``/nodes``.
     ``rate`` is messages/s published to the topic, ``egress`` messages/s
     taken from its channels' queues (summed over the channels: with two
-    channels each message leaves twice; 0 without channels).
+    channels each message leaves twice; 0 without channels). ``log``: the
+    retained window of its topic log (``--storage=wal`` nsqds; an
+    aggregate's sums those of its nsqds that have one), None without.
     """
 
     name: str
@@ -268,6 +347,7 @@ class TopicStats:
     messages: int = 0
     paused: bool = False
     tombstoned: bool = False
+    log: TopicLog | None = None
     e2e: list[Percentile] = field(default_factory=list)
     channels: list[ChannelStats] = field(default_factory=list)
     nodes: list[TopicStats] = field(default_factory=list)
@@ -314,8 +394,8 @@ class TopicStats:
                     for c in obj.get("channels") or [] if isinstance(c, dict)]
         return cls(name=name, node=node, hostname=hostname, depth=_int(obj, "depth"),
                    backend_depth=_int(obj, "backend_depth"), messages=_int(obj, "message_count"),
-                   paused=bool(obj.get("paused")), e2e=parse_e2e(obj.get("e2e_processing_latency")),
-                   channels=channels)
+                   paused=bool(obj.get("paused")), log=TopicLog.from_json(obj),
+                   e2e=parse_e2e(obj.get("e2e_processing_latency")), channels=channels)
 
     def add(self, other: TopicStats) -> None:
         """Add one nsqd's topic (Go ``TopicStats.Add``); its channels are
@@ -325,6 +405,8 @@ class TopicStats:
         self.backend_depth += other.backend_depth
         self.messages += other.messages
         self.paused = self.paused or other.paused
+        if other.log is not None:
+            self.log = other.log if self.log is None else self.log.merged(other.log)
         for ch in other.channels:
             mine = self.channel(ch.name)
             if mine is None:

@@ -1,6 +1,7 @@
 """nsqd's HTTP API as the tools read it: ``/stats``, ``/info`` and the
 admin POSTs (https://nsq.io/components/nsqd.html#http-api), this project's
-``/channel/peek`` and ``/topic/peek`` (:mod:`nsq.cluster.peek`), and the nsqds of
+``/channel/peek`` and ``/topic/peek`` (:mod:`nsq.cluster.peek`) and
+``/channel/rewind`` (:mod:`nsq.cluster.rewind`), and the nsqds of
 a topic when no lookupd is given (nsqio/nsq ``internal/clusterinfo/data.go``,
 ``GetNSQDTopicProducers``).
 """
@@ -95,6 +96,35 @@ class NSQDHTTPClient(HTTPAPIClient):
             return [PeekedMessage.from_json(m, node, hostname) for m in messages]
         except ValueError as exc:
             raise NSQDHTTPError(address, f"peek: {exc}") from None
+
+    async def rewind(self, address: str, topic: str, channel: str, since: str,
+                     clamp: bool = False) -> tuple[int, int]:
+        """POST /channel/rewind?topic=&channel=&since= (``&clamp=true``):
+        the channel delivers again every retained message published since
+        ``since`` (see :mod:`nsq.cluster.rewind`; this project's
+        ``--storage=wal`` nsqd only).
+
+        Returns:
+            (the channel's new offset in the topic's log, how many messages
+            that puts back), nsqd's ``{"offset": N, "count": M}``.
+
+        Raises:
+            NSQDHTTPError: unreachable, or an error answer, its code by
+                :func:`nsq.cluster.rewind.error_code`: 400
+                ``OFFSET_NOT_RETAINED`` (before the oldest retained message;
+                ``clamp`` rewinds to that one instead), 400
+                ``NEEDS_STORAGE_WAL: ...`` (no topic log), 404
+                ``TOPIC_NOT_FOUND`` / ``CHANNEL_NOT_FOUND``, 404 ``NOT_FOUND``
+                (Go nsqd: no such endpoint); or an unusable answer.
+        """
+        params = {"topic": topic, "channel": channel, "since": since}
+        if clamp:
+            params["clamp"] = "true"
+        answer = await self._request("POST", address, "/channel/rewind", params, answer=True)
+        try:
+            return int(answer["offset"]), int(answer["count"])
+        except (KeyError, TypeError, ValueError):
+            raise NSQDHTTPError(address, "rewind: unexpected answer") from None
 
 
 async def nsqd_topic_producers(nsqd_http_addresses: Iterable[str], topic: str, client: NSQDHTTPClient

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["count", "duration", "interval", "latency", "mem_disk", "plural", "quantile_label", "rate"]
+__all__ = ["count", "duration", "go_duration", "interval", "latency", "mem_disk", "plural", "quantile_label", "rate",
+           "size"]
 
 
 def count(n: int) -> str:
@@ -69,3 +70,25 @@ def quantile_label(q: float) -> str:
     """``0.99`` -> ``"p99"``, ``0.999`` -> ``"p99.9"``, ``1.0`` -> ``"p100"``."""
     text = f"{q * 100:.3f}".rstrip("0").rstrip(".")
     return f"p{text}"
+
+
+def size(n: int) -> str:
+    """Bytes, in binary units: ``"512 B"``, ``"12.3 KiB"``, ``"1.0 GiB"``."""
+    if n < 1024:
+        return f"{n} B"
+    value = n / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def go_duration(text: str) -> str:
+    """A Go duration string without its zero tail: ``"24h0m0s"`` -> ``"24h"``,
+    ``"1h30m0s"`` -> ``"1h30m"``, ``"1m0s"`` -> ``"1m"``; others as given."""
+    if len(text) > 2 and text.endswith("0s") and text[-3] in "hm":
+        text = text[:-2]
+    if len(text) > 2 and text.endswith("0m") and text[-3] == "h":
+        text = text[:-2]
+    return text

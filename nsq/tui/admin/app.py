@@ -105,6 +105,7 @@ class AdminApp(App[None]):
        actions act on that row (two tables on one screen, one cursor) */
     DataTable:blur > .datatable--cursor { background: transparent; color: $foreground; text-style: none; }
     TopicScreen #nodes, ChannelScreen #nodes { max-height: 9; }
+    TopicScreen #retention { max-height: 7; }
     NodesScreen #lookupds, LookupScreen #lookupds { max-height: 8; }
     .notice { padding: 0 1; color: $text-muted; text-style: italic; }
     PeekScreen #notes { height: auto; padding: 0 1; }
@@ -216,8 +217,16 @@ class AdminApp(App[None]):
                   "Every action asks for a confirmation first; the result shows in a toast.")
         self.push_screen(HelpScreen("nsq admin keys", [s for s in sections if s[1]], footer))
 
-    def run_admin(self, job: Callable[[Admin], Awaitable[Any]], after: Callable[[], None] | None = None) -> None:
-        """Run an action (``job(admin)``) in a worker, report it, refresh."""
+    def run_admin(self, job: Callable[[Admin], Awaitable[Any]], after: Callable[[], None] | None = None,
+                  then: Callable[[list[ActionResult]], None] | None = None) -> None:
+        """Run an action (``job(admin)``) in a worker, report it, refresh.
+
+        Args:
+            after: called before the toasts when every result did something.
+            then: called with the results after the toasts (a follow-up
+                question, such as the rewind's offer to go to the oldest
+                retained message).
+        """
         if self.read_only:
             return
         admin = self.admin
@@ -236,6 +245,8 @@ class AdminApp(App[None]):
                 after()
             for r in results:
                 self.notify(r.summary(), severity="information" if r.ok else "error", timeout=6 if r.ok else 12)
+            if then is not None:
+                then(results)
             self.refresh_now()
 
         self.run_worker(run(), group="action")

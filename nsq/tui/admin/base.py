@@ -13,7 +13,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from nsq.cluster.actions import Admin
+from nsq.cluster.actions import ActionResult, Admin
 from nsq.cluster.model import ClusterSnapshot
 from nsq.tui import fmt
 from nsq.tui.admin.keys import ADMIN_ACTIONS, WIDE_FROM
@@ -112,14 +112,16 @@ class AdminScreen(Screen):
         """Render the screen's own widgets."""
 
     def confirm(self, question: str, verb: str, job: Callable[[Admin], Awaitable[Any]], *,
-                destructive: bool = True, after: Callable[[], None] | None = None) -> None:
-        """Ask ``question``; on yes run ``job(admin)`` (then ``after`` if every result is ok)."""
+                destructive: bool = True, after: Callable[[], None] | None = None,
+                then: Callable[[list[ActionResult]], None] | None = None) -> None:
+        """Ask ``question``; on yes run ``job(admin)`` (then ``after`` if
+        every result is ok; ``then`` with the results, after their toasts)."""
         if self.admin_app.read_only:
             return
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self.admin_app.run_admin(job, after)
+                self.admin_app.run_admin(job, after, then)
 
         self.app.push_screen(ConfirmScreen(question, verb, destructive), answered)
 

@@ -1,6 +1,11 @@
 """The Channel screen: one channel's nsqds and every consumer connection,
 and the channel actions (nsqadmin's ``nsqadmin/static/html/channel.hbs``);
-``m`` peeks at its next messages (:mod:`.peek`)."""
+``m`` peeks at its next messages (:mod:`.peek`). On nsqds that keep a topic
+log (``--storage=wal``) an Offset column shows the channel's place in each
+log, and ``R`` rewinds it: a time, a confirmation naming the nsqds, then
+``POST /channel/rewind`` on each (:meth:`nsq.cluster.actions.Admin.rewind_channel`);
+where a time is older than an nsqd retains, a second question offers that
+nsqd's oldest retained message instead."""
 
 from __future__ import annotations
 
@@ -12,7 +17,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Label, Static
 
+from nsq.cluster.actions import ActionResult, RewindResult
 from nsq.cluster.model import ChannelStats, ClusterSnapshot
+from nsq.cluster.rewind import NEEDS_STORAGE_WAL, format_time, parse_since
 from nsq.tui import fmt
 from nsq.tui.admin.base import AdminScreen
 from nsq.tui.admin.cells import (
@@ -23,7 +30,9 @@ from nsq.tui.admin.cells import (
     host_cell,
     max_attempts_note,
 )
+from nsq.tui.admin.dialogs import RewindScreen
 from nsq.tui.admin.navigation import ShowNode, ShowPeek
+from nsq.tui.admin.retention import node_name, rewind_targets, short_windows, since_text, window_text
 from nsq.tui.widgets import SparkRow, fill_table, num, set_columns
 
 __all__ = ["ChannelScreen"]
@@ -38,6 +47,7 @@ class ChannelScreen(AdminScreen):
         Binding("e", "empty", "Empty"),
         Binding("d", "delete", "Delete"),
         Binding("m", "peek", "Peek"),
+        Binding("R", "rewind", "Rewind"),
         Binding("2", "app.mode('nodes')", "Nodes"),
     ]
 
@@ -85,14 +95,22 @@ class ChannelScreen(AdminScreen):
         quantiles = e2e_quantiles([ch.e2e] + [n.e2e for n in ch.nodes])
         nodes = self.query_one("#nodes", DataTable)
         wide = self.wide("channel-nodes")
+        # the channel's offset in each nsqd's topic log (--storage=wal), when one has it
+        offsets = bool(ch.log_nodes)
         set_columns(nodes, self.labels("channel-nodes", [("NSQd Host", "NSQd Host")] + CHANNEL_COLUMNS)
-                     + [fmt.quantile_label(q) for q in quantiles])
+                     + (["Offset"] if offsets else []) + [fmt.quantile_label(q) for q in quantiles])
+
+        def offset(n: ChannelStats) -> list[Any]:
+            if not offsets:
+                return []
+            return [num(fmt.count(n.offset) if n.offset is not None else ("" if n is ch else "-"))]
+
         rows: list[tuple[str, list[Any]]] = [
             (n.node, [host_cell(n.hostname, n.node, paused=n.paused, wide=wide)] + channel_cells(n, wide)
-             + e2e_cells(n.e2e, quantiles)) for n in ch.nodes]
+             + offset(n) + e2e_cells(n.e2e, quantiles)) for n in ch.nodes]
         if ch.nodes:
             rows.append(("*", [Text("Total", style="bold")] + [num(c.plain, "bold") for c in channel_cells(ch, wide)]
-                         + e2e_cells(ch.e2e, quantiles)))
+                         + offset(ch) + e2e_cells(ch.e2e, quantiles)))
         fill_table(nodes, rows)
 
         clients = self.query_one("#clients", DataTable)
@@ -118,6 +136,61 @@ class ChannelScreen(AdminScreen):
 
     def action_peek(self) -> None:
         self.post_message(ShowPeek(self.topic, self.channel))
+
+    def action_rewind(self) -> None:
+        """Ask for a time (:class:`~nsq.tui.admin.dialogs.RewindScreen`),
+        then confirm, then rewind on every nsqd of the channel; on a
+        channel none of whose nsqds keeps a topic log, say why not."""
+        ch = self._stats()
+        snapshot = self.admin_app.snapshot
+        if ch is None or snapshot is None or self.admin_app.read_only:
+            return
+        if not ch.log_nodes:
+            self.app.notify(f"rewind {self.topic}/{self.channel}: unavailable, {NEEDS_STORAGE_WAL} (no nsqd of "
+                            "this channel keeps a topic log)", severity="warning", timeout=10)
+            return
+        window = window_text(snapshot.topic(self.topic), snapshot.taken_at)
+        self.app.push_screen(RewindScreen(f"{self.topic}/{self.channel}", window), self._rewind_to)
+
+    def _rewind_to(self, since: str | None) -> None:
+        ch = self._stats()
+        snapshot = self.admin_app.snapshot
+        if not since or ch is None or snapshot is None:
+            return
+        topic, name = self.topic, self.channel
+        targets = rewind_targets(snapshot, ch)
+        question = (f"Rewind channel {topic}/{name} to {since_text(since)} on {len(targets)} nsqd "
+                    f"({', '.join(t for t, _ in targets)})? Its consumers get every retained message published "
+                    "since then again, in publish order (those in flight or deferred are not sent twice).")
+        # nsqd takes a time before its oldest retained message as that message:
+        # say so here, and ask for it (clamp) rather than have it refused
+        short = short_windows(snapshot.topic(topic), ch, parse_since(since))
+        for node, oldest in short:
+            question += (f" {node} retains messages only since {format_time(oldest)} "
+                         f"({fmt.duration(snapshot.taken_at - oldest / 1e9)} before the last poll): it goes back "
+                         "to that one.")
+        without = [node_name(n) for n in ch.nodes if n.offset is None]
+        if without:
+            question += f" {', '.join(without)} keep{'s' if len(without) == 1 else ''} no topic log: " \
+                        f"{NEEDS_STORAGE_WAL}."
+        clamp = bool(short)
+        self.confirm(question, "Rewind", lambda a: a.rewind_channel(topic, name, since, targets, clamp=clamp),
+                     then=self._offer_oldest)
+
+    def _offer_oldest(self, results: list[ActionResult]) -> None:
+        """After a rewind some nsqds refused (``OFFSET_NOT_RETAINED``: they
+        no longer have messages that old, and the last poll did not show
+        it), offer to rewind those to the oldest message each retains
+        (``clamp``)."""
+        refused = [r for r in results if isinstance(r, RewindResult) and r.not_retained]
+        if not refused:
+            return
+        r = refused[0]
+        topic, name, since, targets = r.topic, r.channel, r.since, list(r.not_retained)
+        self.confirm(f"{', '.join(t for t, _ in targets)} no longer retain{'s' if len(targets) == 1 else ''} "
+                     f"messages from {since_text(since)}. Rewind {topic}/{name} there to the oldest message each "
+                     "retains instead?", "Rewind to oldest",
+                     lambda a: a.rewind_channel(topic, name, since, targets, clamp=True))
 
     def action_pause(self) -> None:
         ch = self._stats()

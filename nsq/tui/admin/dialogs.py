@@ -14,9 +14,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
+from nsq.cluster.rewind import parse_since
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
 
-__all__ = ["ConfirmScreen", "CreateScreen", "HelpScreen"]
+__all__ = ["ConfirmScreen", "CreateScreen", "HelpScreen", "RewindScreen"]
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -159,4 +160,68 @@ class HelpScreen(ModalScreen[None]):
                 yield Static(self.footer_text, markup=False)
 
     def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class RewindScreen(ModalScreen[str | None]):
+    """"Rewind to": a Go duration meaning that long ago (``1h``) or an RFC
+    3339 time (``2026-11-25T10:00:00Z``), checked with
+    :func:`nsq.cluster.rewind.parse_since`; dismissed with the text as typed
+    (stripped) or None. ``window`` (what each nsqd retains) shows under the
+    field."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    DEFAULT_CSS = """
+    RewindScreen { align: center middle; }
+    RewindScreen > Vertical {
+        width: 84; max-width: 100%; height: auto; border: thick $primary; background: $surface; padding: 1 2;
+    }
+    RewindScreen #intro { width: 1fr; height: auto; }
+    RewindScreen #window { width: 1fr; height: auto; color: $text-muted; margin-bottom: 1; }
+    RewindScreen #problem { color: $error; height: auto; }
+    RewindScreen Horizontal { height: auto; align-horizontal: right; }
+    RewindScreen Button { margin-left: 2; }
+    """
+
+    def __init__(self, subject: str, window: str = "", value: str = "") -> None:
+        super().__init__()
+        self.subject = subject
+        self.window = window
+        self.value = value
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(f"Rewind {self.subject} to (a duration meaning that long ago, such as 1h or 30m, or an "
+                         "RFC 3339 time): its consumers get every retained message published since then again.",
+                         id="intro", markup=False)
+            yield Input(self.value, placeholder="1h, 30m, 2026-11-25T10:00:00Z", id="since")
+            yield Static(self.window, id="window", markup=False)
+            yield Static("", id="problem", markup=False)
+            with Horizontal():
+                yield Button("Next", id="next", variant="primary")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#window", Static).display = bool(self.window)
+        self.query_one("#since", Input).focus()
+
+    def _submit(self) -> None:
+        since = self.query_one("#since", Input).value.strip()
+        try:
+            parse_since(since)
+        except ValueError as exc:
+            self.query_one("#problem", Static).update(str(exc))
+            return
+        self.dismiss(since)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self._submit()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "next":
+            self._submit()
+        else:
+            self.dismiss(None)
+
+    def action_cancel(self) -> None:
         self.dismiss(None)

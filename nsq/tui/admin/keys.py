@@ -40,6 +40,7 @@ KEYS: list[tuple[str, list[tuple[str, str, bool]]]] = [
     ("Channel", [
         ("p / e / d", "pause or unpause / empty / delete the channel", True),
         ("m", "peek at the next 20 messages on each nsqd (changes nothing)", False),
+        ("R", "rewind to a time (1h, or RFC 3339): its retained messages again (nsqd --storage=wal)", True),
     ]),
     ("Nodes", [
         ("enter", "open the nsqd (also from the nsqd rows of a topic or channel)", False),
@@ -62,9 +63,11 @@ KEYS: list[tuple[str, list[tuple[str, str, bool]]]] = [
 
 #: terminal width from which each table uses full column names (and all its
 #: columns); "sparks": from which a topic's or channel's three sparklines
-#: (queued, in/s, out/s) share one line
+#: (queued, in/s, out/s) share one line; "topic-log-times": from which the
+#: retained window shows the oldest message's time and the first offset
+#: (narrower: its age and the head offset only)
 WIDE_FROM = {"topics": 110, "topic-nodes": 112, "channels": 152, "channel-nodes": 150, "clients": 160,
-             "sparks": 120}
+             "sparks": 120, "topic-log": 130, "topic-log-times": 100}
 
 #: every action that changes the cluster (none of them in read-only mode)
-ADMIN_ACTIONS = frozenset({"create", "pause", "empty", "delete", "tombstone", "drain"})
+ADMIN_ACTIONS = frozenset({"create", "pause", "empty", "delete", "tombstone", "drain", "rewind"})

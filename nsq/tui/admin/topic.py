@@ -1,7 +1,10 @@
 """The Topic screen: one topic's nsqds and channels, e2e percentiles,
 sparklines, and the topic actions with their confirmations (nsqadmin's
 ``nsqadmin/static/html/topic.hbs``); ``m`` peeks at the messages the topic
-holds itself when it has no channel (or holds some while paused)."""
+holds itself when it has no channel (or holds some while paused). When its
+nsqds keep a topic log (``--storage=wal``), the window retained for replay:
+per nsqd and in total, bytes, messages, the oldest one's time and age, the
+offsets and the retention settings (:mod:`.retention`)."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from nsq.tui.admin.cells import (
 )
 from nsq.tui.admin.confirmations import confirm_delete_topic, confirm_empty_topic, confirm_pause_topic
 from nsq.tui.admin.navigation import ShowChannel, ShowNode, ShowPeek
+from nsq.tui.admin.retention import TOPIC_LOG_COLUMNS, topic_log_rows
 from nsq.tui.widgets import SparkRow, fill_table, num, set_columns
 
 __all__ = ["TopicScreen"]
@@ -73,6 +77,8 @@ class TopicScreen(AdminScreen):
         yield Label("NSQd hosts", classes="section")
         yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
         yield Static("No nsqd has this topic (only lookupd knows it).", id="nonodes", classes="notice")
+        yield Label("Retained for replay (topic log, nsqd --storage=wal)", classes="section", id="retention-label")
+        yield DataTable(id="retention", cursor_type="row", zebra_stripes=True)
         yield Label("Channels", classes="section")
         yield DataTable(id="channels", cursor_type="row", zebra_stripes=True)
         yield Static("No channels exist for this topic. Messages will queue at the topic until a channel is "
@@ -138,6 +144,19 @@ class TopicScreen(AdminScreen):
         nodes.display = bool(rows)
         self.query_one("#nonodes", Static).display = not rows
 
+        # the topic log's retained window, when its nsqds keep one
+        retention = self.query_one("#retention", DataTable)
+        keep = [i for i, (full, _) in enumerate(TOPIC_LOG_COLUMNS)
+                if self.wide("topic-log-times") or full not in ("Oldest Message", "First Offset")]
+        log_rows = [(key, [cells[i] for i in keep])
+                    for key, cells in topic_log_rows(topic, snapshot.taken_at, self.wide("topic-log"))]
+        if log_rows:
+            labels = self.labels("topic-log", TOPIC_LOG_COLUMNS)
+            set_columns(retention, [labels[i] for i in keep])
+        fill_table(retention, log_rows)
+        retention.display = bool(log_rows)
+        self.query_one("#retention-label", Label).display = bool(log_rows)
+
         quantiles = e2e_quantiles([c.e2e for c in topic.channels])
         channels = self.query_one("#channels", DataTable)
         set_columns(channels, self.labels("channels", [("Channel", "Channel")] + CHANNEL_COLUMNS)
@@ -156,7 +175,7 @@ class TopicScreen(AdminScreen):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "channels":
             self.post_message(ShowChannel(self.topic, str(event.row_key.value)))
-        elif event.data_table.id == "nodes" and event.row_key.value != "*":
+        elif event.data_table.id in ("nodes", "retention") and event.row_key.value != "*":
             self.post_message(ShowNode(str(event.row_key.value)))
 
     def action_create(self) -> None:
