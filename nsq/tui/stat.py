@@ -227,15 +227,15 @@ class StatApp(App[int]):
                           Text(f"{len(bad)} of {len(report.nodes)} down" if bad else "", style="red"),
                           key="TOTAL")
 
-        status = self.query_one("#status", Static)
+        status_line = self.query_one("#status", Static)
         problems = ([report.error] if report.error else []) + [n.error or "" for n in bad]
         if problems:
-            status.update(Text("\n".join(problems)))
-            status.remove_class("-ok")
+            status_line.update(Text("\n".join(problems)))
+            status_line.remove_class("-ok")
         else:
-            status.update(Text(f"{len(report.nodes)} nsqd" + ("s" if len(report.nodes) != 1 else "")
-                               + " with the topic"))
-            status.add_class("-ok")
+            status_line.update(Text(f"{len(report.nodes)} nsqd" + ("s" if len(report.nodes) != 1 else "")
+                                    + " with the topic"))
+            status_line.add_class("-ok")
 
         if report.totals is not None:
             self.query_one("#spark-depth", SparkBox).push(report.totals["depth"])

@@ -30,7 +30,8 @@ def set_columns(table: DataTable, labels: Sequence[str]) -> None:
     if [str(c.label) for c in table.ordered_columns] == list(labels):
         return
     if 0 <= table.cursor_row < table.row_count:
-        table._nsq_cursor_key = str(table.ordered_rows[table.cursor_row].key.value)  # type: ignore[attr-defined]
+        key = str(table.ordered_rows[table.cursor_row].key.value)
+        table._nsq_cursor_key = key  # type: ignore[attr-defined]  # our attribute: read back by fill_table
     table.clear(columns=True)
     for i, label in enumerate(labels):
         table.add_column(label, key=f"c{i}")

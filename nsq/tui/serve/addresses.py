@@ -53,7 +53,7 @@ def is_loopback(host: str) -> bool:
         infos = socket.getaddrinfo(host, None)
     except OSError:
         return False
-    addrs = {info[4][0].split("%")[0] for info in infos}
+    addrs = {str(info[4][0]).split("%")[0] for info in infos}
     return bool(addrs) and all(ipaddress.ip_address(a).is_loopback for a in addrs)
 
 

@@ -12,9 +12,12 @@ import hashlib
 import hmac
 import secrets
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsq.tui.serve.sessions import Access
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 __all__ = ["COOKIE", "Authenticator"]
 
@@ -101,7 +104,7 @@ class Authenticator:
         ok, cookie_user = self.check_cookie(request.cookies.get(COOKIE))
         return (True, cookie_user, False) if ok else (False, None, False)
 
-    def unauthorized(self) -> Any:
+    def unauthorized(self) -> web.Response:
         """The 401 answer, with the challenge for what is configured."""
         from aiohttp import web
 

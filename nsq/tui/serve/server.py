@@ -112,16 +112,18 @@ class CommandServer:
         import aiohttp_jinja2
         import jinja2
         from aiohttp import web
+        from aiohttp.typedefs import Handler
+        from multidict import MultiDict
 
         @web.middleware
-        async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+        async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
             if not self.access.required and self.loopback and not loopback_host_header(request.host):
                 return web.Response(status=403, text="403 Forbidden: open this server as localhost or 127.0.0.1\n")
             accepted, basic_user, issue_cookie = self.authenticate(request)
             if not accepted:
                 return self.auth.unauthorized()
             if issue_cookie and request.path == "/" and request.method == "GET":
-                query = request.query.copy()
+                query = MultiDict(request.query)
                 query.pop("token", None)
                 location = request.rel_url.with_query(query) if query else request.rel_url.with_query(None)
                 response: web.StreamResponse
