@@ -491,7 +491,10 @@ class Channel:
             elif track:
                 done.append(msg)
         if wal is not None:
-            wal.fins.extend(map(_OFFSET_OF, done))
+            fins = wal.fins
+            fins.extend(map(_OFFSET_OF, done))
+            if len(fins) > wal.FOLD_AT:
+                wal.fold()
         if e2e is not None:
             insert = e2e.insert
             for msg in done:
