@@ -13,6 +13,7 @@ with the Python Data Source API, and pyarrow) and Java 17. Example::
               .option("topic", "events").option("channel", "spark")
               .option("lookupd_http_address", "127.0.0.1:4161")
               .load())                       # body, id, attempts, timestamp, topic, nsqd
+                                             # (+ offset when the nsqds run --storage=wal)
     (events.writeStream.format("parquet")
            .option("checkpointLocation", "/data/ckpt").start("/data/events"))
 
@@ -22,8 +23,11 @@ with the Python Data Source API, and pyarrow) and Java 17. Example::
 Data sources:
 
 - ``nsq`` (:class:`~nsq.spark.source.NSQDataSource`): streaming source,
-  at-least-once (:mod:`nsq.spark.source`), and batch/streaming sink
-  (:mod:`nsq.spark.sink`). Options: :mod:`nsq.spark.options`.
+  at-least-once (:mod:`nsq.spark.source`); with nsqds started with
+  ``--storage=wal``, streaming and batch reads by offset, exactly-once
+  with a replayable sink (:mod:`nsq.spark.offsets`; :mod:`nsq.spark.mode`
+  picks); and batch/streaming sink (:mod:`nsq.spark.sink`). Options:
+  :mod:`nsq.spark.options`.
 - ``nsq-archive`` (:class:`~nsq.spark.archive.NSQArchiveDataSource`):
   batch reads of to-file output, plain or gzip (:mod:`nsq.spark.archive`).
 
@@ -40,13 +44,14 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["ARCHIVE_SCHEMA", "NSQArchiveDataSource", "NSQDataSource", "STREAM_SCHEMA", "register"]
+__all__ = ["ARCHIVE_SCHEMA", "NSQArchiveDataSource", "NSQDataSource", "OFFSETS_SCHEMA", "STREAM_SCHEMA", "register"]
 
 # pyspark is imported on first use, so ``nsq.spark.options`` works without it
 _LAZY = {
     "ARCHIVE_SCHEMA": "nsq.spark.archive",
     "NSQArchiveDataSource": "nsq.spark.archive",
     "NSQDataSource": "nsq.spark.source",
+    "OFFSETS_SCHEMA": "nsq.spark.offsets",
     "STREAM_SCHEMA": "nsq.spark.source",
 }
 

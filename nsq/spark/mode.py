@@ -23,6 +23,7 @@ from pyspark.sql.types import StructType
 
 from nsq.client.errors import ClientConfigError
 from nsq.client.lookupd import HTTPAPIError
+from nsq.protocol.names import is_valid_topic_name
 from nsq.spark.logcluster import LogCluster
 from nsq.spark.options import http_key, source_mode
 
@@ -50,6 +51,8 @@ def choose_mode(options: Mapping[str, str]) -> str:
     if not nsqds and not lookupds:
         return "inflight"
     topic = (options.get("topic") or "").strip()
+    if not is_valid_topic_name(topic):
+        return "inflight"  # whose option checks say what is wrong
     cluster = LogCluster(topic, "", nsqds, lookupds)
     try:
         modes, errors = cluster.storage_modes()

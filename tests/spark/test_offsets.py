@@ -38,9 +38,9 @@ class WalCluster:
     def stop(self) -> None:
         self.threaded.stop()
 
-    def mpub(self, nsqd: str, topic: str, bodies: list[bytes]) -> None:
-        for i in range(0, len(bodies), 2000):
-            part = bodies[i:i + 2000]
+    def mpub(self, nsqd: str, topic: str, bodies: list[bytes], chunk: int = 2000) -> None:
+        for i in range(0, len(bodies), chunk):
+            part = bodies[i:i + chunk]
             data = struct.pack(">I", len(part)) + b"".join(struct.pack(">I", len(b)) + b for b in part)
             request = urllib.request.Request(f"http://{nsqd}/mpub?topic={topic}&binary=true", data=data)
             with urllib.request.urlopen(request, timeout=10) as r:
@@ -316,3 +316,34 @@ def test_latest_start_survives_a_restart_before_the_first_commit(wal):
     assert NSQOffsetStreamReader(settings).initialOffset() == first  # not the head (50)
     fresh = offset_source_settings({"topic": topic, "nsqd_http_address": a, "channel": "restart2"})
     assert NSQOffsetStreamReader(fresh).initialOffset() == {a: {topic: 50}}
+
+
+def test_retention_keeps_what_the_query_has_not_committed(tmp_path):
+    """Small log segments, retention at its default (a segment goes once
+    every channel is past it): the query's progress channel holds the log
+    from its committed offset on, and a commit lets retention go on."""
+    require_spark()
+    from nsq.spark.offsets import NSQOffsetStreamReader
+    from nsq.spark.options import offset_source_settings
+    from nsq.testing import ThreadedCluster
+
+    topic = "off_retention"
+    with ThreadedCluster(nsqds=1, lookupd=False, data_path=str(tmp_path), storage="wal",
+                         max_bytes_per_file=4096, sync_timeout=0.1) as c:
+        nsqd = WalCluster.__new__(WalCluster)
+        a = c.nsqd_http_address
+        nsqd.mpub(a, topic, bodies("r", 2000), chunk=50)  # a segment rolls between MPUBs past 4 KiB
+        reader = NSQOffsetStreamReader(offset_source_settings({"topic": topic, "nsqd_http_address": a,
+                                                               "startingoffsets": "earliest"}))
+        start = reader.initialOffset()
+        assert start == {a: {topic: 0}}
+        time.sleep(1.0)  # several checkpoints and retention passes
+        assert nsqd.topic_stats(a, topic)["first_offset"] == 0
+        reader.commit({a: {topic: 1000}})
+        first = wait_for(lambda: nsqd.topic_stats(a, topic)["first_offset"], 30, "segments below 1000 deleted")
+        assert 0 < first <= 1000
+        time.sleep(1.0)
+        assert nsqd.topic_stats(a, topic)["first_offset"] <= 1000  # nothing the query has not committed
+        rows = [r for b in reader.read(reader.partitions({a: {topic: 1000}}, {a: {topic: 2000}})[0]) for r in
+                b.column("offset").to_pylist()]
+        assert rows == list(range(1000, 2000))
