@@ -1,8 +1,9 @@
 """How ``nsq admin``'s modules depend on each other (read from their source
 with ``ast``): a screen never imports another screen (it posts a
 navigation message, :mod:`nsq.tui.admin.navigation`, and the app pushes the
-screen), no module of the package imports one of its siblings inside a
-function, and the modal dialogs live in :mod:`nsq.tui.admin.dialogs`."""
+screen), only the package's ``__init__`` imports the app, no module of the
+package imports one of its siblings inside a function, and the modal
+dialogs live in :mod:`nsq.tui.admin.dialogs`."""
 
 from __future__ import annotations
 
@@ -97,3 +98,11 @@ def test_the_app_handles_every_navigation_message():
     for name in navigation.__all__:
         message = getattr(navigation, name)
         assert callable(getattr(AdminApp, f"on_{message.handler_name.removeprefix('on_')}", None)), name
+
+
+def test_no_module_of_the_package_imports_the_app():
+    """Screens see the app as ``base.AdminHost`` (a Protocol the app meets,
+    checked by mypy in app.py), not by importing it, even for typing."""
+    found = [f"{name} imports the app" for name, tree in _modules().items() if name not in ("app", "__init__")
+             for node in ast.walk(tree) if f"{PACKAGE}.app" in _imported(node)]
+    assert not found, found

@@ -19,7 +19,7 @@ from nsq.cluster.model import ClusterSnapshot
 from nsq.cluster.peek import Peek
 from nsq.cluster.poller import Cluster
 from nsq.tui import fmt
-from nsq.tui.admin.base import AdminScreen
+from nsq.tui.admin.base import AdminHost, AdminScreen
 from nsq.tui.admin.channel import ChannelScreen
 from nsq.tui.admin.counter import CounterScreen
 from nsq.tui.admin.dialogs import HelpScreen
@@ -250,6 +250,11 @@ class AdminApp(App[None]):
             self.refresh_now()
 
         self.run_worker(run(), group="action")
+
+
+def _screens_see(app: AdminApp) -> AdminHost:
+    """Never called: mypy checks here that the app has what the screens ask of it."""
+    return app
 
 
 def run_admin_app(lookupd_http_addresses: list[str], nsqd_http_addresses: list[str], *, actor: Actor,

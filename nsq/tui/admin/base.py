@@ -5,7 +5,7 @@ an action; no action at all when read-only."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol, cast
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -19,10 +19,27 @@ from nsq.tui import fmt
 from nsq.tui.admin.keys import ADMIN_ACTIONS, WIDE_FROM
 from nsq.tui.admin.dialogs import ConfirmScreen, CreateScreen
 
-if TYPE_CHECKING:
-    from nsq.tui.admin.app import AdminApp
+__all__ = ["AdminHost", "AdminScreen"]
 
-__all__ = ["AdminScreen"]
+
+class AdminHost(Protocol):
+    """What the screens ask of the app (:class:`~nsq.tui.admin.app.AdminApp`
+    has it), so that no screen module imports the app: the latest
+    snapshot and its source, the status line's figures, whether actions
+    are offered, and running one."""
+
+    snapshot: ClusterSnapshot | None
+    #: ``description``, ``async poll()``, and ``async peek(...)`` when it can peek
+    source: Any
+    read_only: bool
+    read_only_reason: str
+    user: str
+    refresh_interval: float
+    poll_error: str
+
+    def run_admin(self, job: Callable[[Admin], Awaitable[Any]], after: Callable[[], None] | None = None,
+                  then: Callable[[list[ActionResult]], None] | None = None) -> None:
+        """Run an action in a worker, report it, refresh."""
 
 
 class AdminScreen(Screen):
@@ -57,9 +74,9 @@ class AdminScreen(Screen):
         self.on_screen_resume()
 
     @property
-    def admin_app(self) -> AdminApp:
-        """The app (typed)."""
-        return self.app  # type: ignore[return-value]
+    def admin_app(self) -> AdminHost:
+        """The app, as the screens see it."""
+        return cast(AdminHost, self.app)
 
     def on_screen_resume(self) -> None:
         snapshot = self.admin_app.snapshot
