@@ -7,10 +7,11 @@ Screens (each refreshed at every poll, every ``refresh_interval`` seconds):
   taken from its channels' queues), channels and producers, cluster totals
   and an ingress sparkline on top; sort and filter.
 - Topic (:mod:`.topic`): per nsqd and per channel figures (e2e percentiles
-  when nsqd records them), sparklines of the queued messages, In/s and Out/s.
+  when nsqd records them), sparklines of the queued messages, In/s and Out/s;
+  on ``--storage=wal`` nsqds the window their topic log retains (:mod:`.retention`).
 - Channel (:mod:`.channel`): per nsqd figures (dead-lettered messages
-  and max attempts too, from this project's nsqd) and every consumer
-  connection.
+  and max attempts too, from this project's nsqd; its offset in the topic
+  log) and every consumer connection; ``R`` rewinds it to a time.
 - Peek (:mod:`.peek`): the next messages of a channel (or of a topic
   without channels) on each nsqd, merged oldest first; changes nothing.
 - Nodes (:mod:`.nodes`): the nsqds (version, ports, lookupd connections,
@@ -27,8 +28,8 @@ A screen opens another by posting a message of :mod:`.navigation`
 handles it and pushes the screen, so no screen module imports another.
 The modal dialogs (confirmation, create form, keys) are in :mod:`.dialogs`.
 
-Admin actions (create, pause/unpause, empty, delete, tombstone) ask for a
-confirmation, run through :class:`~nsq.cluster.actions.Admin` and report in
+Admin actions (create, pause/unpause, empty, delete, tombstone, drain,
+rewind) ask for a confirmation, run through :class:`~nsq.cluster.actions.Admin` and report in
 a toast; a read-only app shows and binds none of them. The data comes from
 a *source*: anything with ``description`` and ``async poll() ->
 ClusterSnapshot`` (:class:`~nsq.cluster.poller.Cluster`, or
