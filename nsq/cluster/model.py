@@ -660,12 +660,12 @@ def apply_rates(snapshot: ClusterSnapshot, history: History) -> ClusterSnapshot:
         if topic.rate is None and dt and not topic.nodes:
             topic.rate = 0.0
         for ch in topic.channels:
-            for n in ch.nodes:
-                key = ("c", topic.name, ch.name, n.node)
-                n.rate = _rate(history, key, n.messages, counters, dt)
-                n.egress = _egress(history, key, n.rate, n.depth, counters, dt)
-            ch.rate = _sum([n.rate for n in ch.nodes])
-            ch.egress = _sum([n.egress for n in ch.nodes])
+            for cn in ch.nodes:
+                key: tuple[str, ...] = ("c", topic.name, ch.name, cn.node)
+                cn.rate = _rate(history, key, cn.messages, counters, dt)
+                cn.egress = _egress(history, key, cn.rate, cn.depth, counters, dt)
+            ch.rate = _sum([cn.rate for cn in ch.nodes])
+            ch.egress = _sum([cn.egress for cn in ch.nodes])
             key = ("c", topic.name, ch.name)
             live.add(key)
             ch.depth_history, ch.rate_history, ch.egress_history = _remember(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Iterable
+from typing import Any
 
 from nsq.client.lookupd import HTTPAPIClient, HTTPAPIError, ask_each
 from nsq.cluster.peek import PEEK_MAX, PeekedMessage
@@ -63,7 +64,8 @@ class NSQDHTTPClient(HTTPAPIClient):
             params["channel"] = channel
         if not include_clients:
             params["include_clients"] = "false"
-        return await self._request("GET", address, "/stats", params)
+        stats: dict[str, Any] = await self._request("GET", address, "/stats", params)
+        return stats
 
     async def peek(self, address: str, topic: str, channel: str | None = None, n: int = 20, *, node: str = "",
                    hostname: str = "") -> list[PeekedMessage]:

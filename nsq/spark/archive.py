@@ -159,6 +159,7 @@ def find_files(paths: list[str], filename_format: str = DEFAULT_FILENAME_FORMAT,
                 if m is None and not topic:
                     raise ValueError(f"nsq-archive: cannot tell the topic of {match} from --filename-format "
                                      f"{filename_format!r}: set the topic option")
+                # m is None only with a topic given (raised above otherwise)
                 found[os.path.abspath(match)] = topic or m.group("topic")  # type: ignore[union-attr]
     return [ArchiveFile(p, t) for p, t in sorted(found.items())]
 

@@ -59,9 +59,9 @@ from nsq.spark.options import EARLIEST, LATEST, OffsetSourceSettings
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 except ImportError:  # pragma: no cover - older pyspark: no read limits
-    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]  # absent before 4.2
 
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]  # a stand-in mixin before 4.2
         pass
 
 __all__ = ["NSQOffsetBatchReader", "NSQOffsetRange", "NSQOffsetStreamReader", "OFFSETS_SCHEMA", "OFFSETS_STRUCT",

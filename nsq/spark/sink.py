@@ -32,7 +32,7 @@ from nsq.spark.options import SinkSettings, sink_settings
 try:  # pyspark >= 4.1
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
 except ImportError:  # pragma: no cover
-    _StreamWriterBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
+    _StreamWriterBase = DataSourceStreamWriter  # type: ignore[misc,assignment]  # the older base
 
 __all__ = ["NSQCommitMessage", "NSQStreamWriter", "NSQWriter", "publish"]
 
@@ -84,7 +84,7 @@ def _rows(items: Iterable[Any], default_topic: str | None) -> Iterator[tuple[str
                 topics = item.column(names.index("topic")).to_pylist()
             else:
                 topics = [None] * len(bodies)
-            pairs = zip(topics, bodies)
+            pairs: Iterable[tuple[Any, Any]] = zip(topics, bodies)
         else:
             row = item.asDict() if hasattr(item, "asDict") else dict(item)
             pairs = [(row.get("topic"), row.get("body"))]
@@ -219,7 +219,7 @@ class NSQWriter(DataSourceArrowWriter):
         log.warning("nsq sink: write aborted after %d messages were published", total)
 
 
-class NSQStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
+class NSQStreamWriter(_StreamWriterBase):
     """Streaming sink (``df.writeStream.format("nsq")``): each micro-batch
     as :class:`NSQWriter` publishes it.
 

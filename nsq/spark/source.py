@@ -62,9 +62,9 @@ from nsq.spark.options import SourceSettings, source_settings
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 except ImportError:  # pragma: no cover - older pyspark: no read limits
-    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]  # absent before 4.2
 
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]  # a stand-in mixin before 4.2
         pass
 
 __all__ = ["NSQDataSource", "NSQPartition", "NSQStreamReader", "STREAM_SCHEMA"]
