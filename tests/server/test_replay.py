@@ -91,6 +91,11 @@ async def test_retention_by_size_keeps_finished_messages_and_rewind_replays_them
     assert again == [b"%04d" % j + b"x" * 100 for j in range(first + 10, 1000)]  # publish order
     status, body = await http.post("/channel/rewind", topic="t", channel="c", offset="0", clamp="true")
     assert status == 200 and json.loads(body)["offset"] == first
+    # a time before the oldest retained message: not retained either, unless clamped
+    status, body = await http.post("/channel/rewind", topic="t", channel="c", since="1h")
+    assert (status, json.loads(body)["message"]) == (400, "OFFSET_NOT_RETAINED")
+    status, body = await http.post("/channel/rewind", topic="t", channel="c", since="1h", clamp="true")
+    assert status == 200 and json.loads(body)["offset"] == first
 
 
 async def test_retention_by_time_deletes_only_segments_older_than_it(wal, session):

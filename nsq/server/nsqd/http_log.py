@@ -136,9 +136,15 @@ def _offset_arg(request: web.Request, topic: Topic) -> int:
             raise HTTPError(400, "INVALID_OFFSET") from None
     elif "since" in request.query:
         try:
-            offset = topic.log.offset_for_time(parse_since(request.query["since"]))
+            since = parse_since(request.query["since"])
         except ValueError:
             raise HTTPError(400, "INVALID_SINCE") from None
+        offset = topic.log.offset_for_time(since)
+        if topic.log.first > 0 and offset == topic.log.first:
+            # a time before the oldest retained message names messages that are gone
+            oldest = topic.log.timestamp_at(topic.log.first)
+            if oldest is not None and since < oldest:
+                offset = topic.log.first - 1
     else:
         raise HTTPError(400, "MISSING_ARG_OFFSET")
     if offset < 0 or offset > topic.log.head:
