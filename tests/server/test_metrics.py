@@ -102,6 +102,7 @@ def expected_from_stats(stats: dict[str, Any], nsqd: NSQD) -> Samples:
                 out[(name, cl)] = float(ch[field])
             if "offset" in ch:
                 out[("nsq_channel_offset", cl)] = float(ch["offset"])
+                out[("nsq_channel_committed_offset", cl)] = float(ch["committed_offset"])
             if e2e_on:
                 latency = ch["e2e_processing_latency"]
                 out[(E2E_SAMPLES, cl)] = float(latency["count"])

@@ -243,3 +243,25 @@ async def test_a_rewind_does_not_send_a_message_still_in_flight_twice(wal, sessi
     await conn.expect_nothing(0.3)
     assert topic.channels["c"].depth == 0 and not topic.channels["c"].in_flight
     await conn.aclose()
+
+
+async def test_create_at_an_offset_commit_drops_deferred_and_committed_offset(wal, session):
+    nsqd = await wal()
+    http = HTTP(session, nsqd.http_port)
+    topic = nsqd.get_topic("t")
+    topic.publish([b"m%d" % i for i in range(100)])
+    assert (await http.post("/channel/create", topic="t", channel="at40", offset="40"))[0] == 200
+    channel = topic.channels["at40"]
+    assert channel.depth == 60 and not channel.queue  # no subscriber: nothing queued in memory
+    topic.publish([b"late"], defer_ms=60_000)
+    topic.publish([b"m%d" % i for i in range(100, 110)])
+    assert not channel.queue  # still read from the log when a consumer comes
+    got = await _consume(nsqd.tcp_port, "t", "at40", 70)
+    assert got == [b"m%d" % i for i in range(40, 110)]
+    assert len(channel.deferred) == 1  # the DPUB, read and deferred
+    stats = await http.channel_stats("t", "at40")
+    assert stats["committed_offset"] == 40 or stats["committed_offset"] >= 40
+    status, _ = await http.post("/channel/commit", topic="t", channel="at40", offset="111")
+    assert status == 200 and not channel.deferred
+    stats = await http.channel_stats("t", "at40")
+    assert stats["committed_offset"] == 111 and stats["depth"] == 0 and stats["deferred_count"] == 0

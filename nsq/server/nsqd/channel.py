@@ -169,8 +169,9 @@ class Channel:
                 for them.
         """
         wal = self.wal
-        if wal is not None and wal.depth:
-            # a backlog in the log: these come after it, read from there
+        if wal is not None and (wal.depth or not self.clients):
+            # a backlog in the log (these come after it), or nobody to
+            # deliver to: read them from the log when their turn comes
             self.message_count += len(msgs)
             wal.show(msgs[-1][5] + 1)
             if self._ready and not self.paused:
@@ -720,6 +721,10 @@ class Channel:
         assert wal is not None
         if any(e[5] < offset for e in self.queue):
             self.queue = deque(e for e in self.queue if e[5] >= offset)
+        for msg_id in [i for i, item in self.deferred.items() if 0 <= item[2][5] < offset]:
+            del self.deferred[msg_id]  # the heap drops it lazily
+            if self.deferred_log is not None:
+                self.deferred_log.remove(msg_id)
         wal.commit(offset)
 
     def wal_attempts(self) -> dict[int, int]:

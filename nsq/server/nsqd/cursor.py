@@ -250,6 +250,12 @@ class ChannelCursor(BackendQueue):
         self.finished.add_many(fins)
         return self.finished.low != low
 
+    def committed(self) -> int:
+        """The low-water mark with the FINs not folded yet counted: every
+        message below it is finished (folds them first)."""
+        self.fold()
+        return self.finished.low
+
     def _refresh(self) -> None:
         self._ahead = self.finished.count_from(self.next) if self.finished.starts else 0
         depth = self.visible - self.next - self._ahead

@@ -27,7 +27,7 @@ from nsq.server.httpapi import (
     text_response,
     topic_channel_args,
 )
-from nsq.server.nsqd.http_log import NEEDS_WAL, resolve_start
+from nsq.server.nsqd.http_log import NEEDS_WAL, offset_arg, resolve_start
 from nsq.server.nsqd.http_log import add_routes as add_log_routes
 from nsq.server.nsqd.httpauth import AUTH_KEY, auth_middleware, filter_stats
 from nsq.server.nsqd.metrics import metrics_handler
@@ -282,10 +282,13 @@ class NSQDHTTPServer:
         channel begins in the topic log (default latest, as Go)."""
         topic, channel = self._existing_topic_channel(request)
         start = None
-        if "start" in request.query:
+        if "start" in request.query or "offset" in request.query:
             if topic.log is None:
                 raise HTTPError(400, NEEDS_WAL)
-            start = resolve_start(topic, request.query["start"])
+            if "offset" in request.query:  # as /channel/rewind's offset= (and clamp=)
+                start = offset_arg(request, topic)
+            else:
+                start = resolve_start(topic, request.query["start"])
         topic.get_channel(channel, start)
         return _text("")
 

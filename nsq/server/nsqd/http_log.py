@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD
     from nsq.server.nsqd.topic import Topic
 
-__all__ = ["add_routes", "parse_since", "resolve_start", "encode_read", "READ_HEADER"]
+__all__ = ["add_routes", "parse_since", "resolve_start", "offset_arg", "encode_read", "READ_HEADER"]
 
 NEEDS_WAL = "NEEDS_STORAGE_WAL: start nsqd with --storage=wal"
 #: one message of a /topic/read answer: offset, timestamp (ns), attempts,
@@ -126,7 +126,7 @@ def _wal_channel(nsqd: NSQD, request: web.Request) -> tuple[Topic, Channel]:
     return topic, channel
 
 
-def _offset_arg(request: web.Request, topic: Topic) -> int:
+def offset_arg(request: web.Request, topic: Topic) -> int:
     """``offset=N`` or ``since=S`` of the request, checked against what is retained."""
     assert topic.log is not None
     if "offset" in request.query:
@@ -190,13 +190,13 @@ def add_routes(router: web.UrlDispatcher, nsqd: NSQD) -> None:
 
     async def channel_rewind(request: web.Request) -> web.Response:
         topic, channel = _wal_channel(nsqd, request)
-        offset = _offset_arg(request, topic)
+        offset = offset_arg(request, topic)
         count = channel.rewind(offset)
         return json_response({"offset": offset, "count": count})
 
     async def channel_commit(request: web.Request) -> web.Response:
         topic, channel = _wal_channel(nsqd, request)
-        offset = _offset_arg(request, topic)
+        offset = offset_arg(request, topic)
         channel.commit(offset)
         assert channel.wal is not None
         return json_response({"offset": channel.wal.next, "depth": channel.depth})
@@ -204,7 +204,7 @@ def add_routes(router: web.UrlDispatcher, nsqd: NSQD) -> None:
     async def topic_read(request: web.Request) -> web.Response:
         topic = _wal_topic(nsqd, request)
         assert topic.log is not None
-        offset = _offset_arg(request, topic)
+        offset = offset_arg(request, topic)
         try:
             limit = int(request.query.get("limit", "1000"))
             max_bytes = int(request.query.get("max_bytes", str(4 << 20)))

@@ -234,6 +234,8 @@ def _log_families(stats: NSQDStats) -> Iterator[Metric]:
                                "message the topic log retains; 0 when it is empty.", labels=_TOPIC)
     offset = GaugeMetricFamily("nsq_channel_offset", "Offset of the next message the channel takes from its "
                                "topic log (head offset minus this: its lag).", labels=_CHANNEL)
+    committed = GaugeMetricFamily("nsq_channel_committed_offset", "Offset below which the channel has finished "
+                                  "every message (its low-water mark).", labels=_CHANNEL)
     for topic in topics:
         name = topic.topic_name
         tlog = topic.log
@@ -245,7 +247,9 @@ def _log_families(stats: NSQDStats) -> Iterator[Metric]:
         for ch in topic.channels:
             if ch.offset is not None:
                 offset.add_metric([name, ch.channel_name], ch.offset)
-    yield from (head, first, retained, oldest, offset)
+            if ch.committed_offset is not None:
+                committed.add_metric([name, ch.channel_name], ch.committed_offset)
+    yield from (head, first, retained, oldest, offset, committed)
 
 
 # -- the text format, written fast ----------------------------------------------

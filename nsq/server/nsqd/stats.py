@@ -195,6 +195,9 @@ class ChannelStats:
             a list (possibly empty).
         offset: ``--storage=wal`` only: the next offset the channel takes
             from its topic log (left out of the JSON otherwise).
+        committed_offset: ``--storage=wal`` only: the channel's low-water
+            mark, below which it has finished every message (its committed
+            position; left out of the JSON otherwise).
     """
 
     channel_name: str
@@ -212,6 +215,7 @@ class ChannelStats:
     paused: bool
     e2e_processing_latency: E2ELatency
     offset: int | None = None
+    committed_offset: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``/stats`` channel object."""
@@ -234,6 +238,8 @@ class ChannelStats:
         }
         if self.offset is not None:
             out["offset"] = self.offset
+        if self.committed_offset is not None:
+            out["committed_offset"] = self.committed_offset
         return out
 
 
@@ -481,6 +487,7 @@ def channel_stats(channel: Channel, host: str, include_clients: bool) -> Channel
         channel.paused,  # paused
         e2e_latency([e2e] if e2e is not None else [], channel.topic.name, channel.name, host),
         wal.next if wal is not None else None,  # offset
+        wal.committed() if wal is not None else None,  # committed_offset
     )
 
 

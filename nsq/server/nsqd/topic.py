@@ -457,8 +457,11 @@ class Topic:
             else:
                 backend = self.nsqd.make_backend(f"{self.name}:{name}", is_ephemeral(name))
             channel = Channel(self, name, backend)
-            if start is not None and channel.wal is not None and start < channel.wal.next:
-                channel.rewind(max(start, self.log.first if self.log is not None else 0))
+            if start is not None and channel.wal is not None:
+                if start < channel.wal.next:
+                    channel.rewind(max(start, self.log.first if self.log is not None else 0))
+                elif start > channel.wal.next:
+                    channel.commit(start)  # past what the topic holds for new channels
             self.channels[name] = channel
             log.info("TOPIC(%s): new channel(%s)", self.name, name)
             self.nsqd.notify_channel_created(self, channel)
