@@ -43,6 +43,7 @@ from concurrent.futures import Future
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH, decode_message
 from nsq.server.nsqd.atomicfile import replace_atomically
+from nsq.server.nsqd.syncpolicy import after_writes, fsync_dup
 
 __all__ = ["DeferredLog"]
 
@@ -164,21 +165,14 @@ class DeferredLog:
         if self.background is None:
             self.sync()
             return None
-        fd = os.dup(self._fd)
         self._dirty = False
         self._writes_since_sync = 0
 
-        def work() -> None:
-            try:
-                os.fsync(fd)
-            except OSError as exc:
-                self._dirty = True
-                log.error("DEFERRED(%s): failed to sync - %s", self.name, exc)
-                raise
-            finally:
-                os.close(fd)
+        def failed(exc: OSError) -> None:
+            self._dirty = True
+            log.error("DEFERRED(%s): failed to sync - %s", self.name, exc)
 
-        return self.background(work)
+        return fsync_dup(self._fd, self.background, failed)
 
     def close(self) -> None:
         """Sync and close; pending messages stay in the file for the next
@@ -231,12 +225,7 @@ class DeferredLog:
         self._dirty = True
         self._writes_since_sync += 1
         if self._writes_since_sync >= self.sync_every:
-            if self.sync_every > 1:
-                self.sync_in_background()
-            elif self.strict_hook is not None:
-                self.strict_hook(self)  # the owner syncs before answering
-            else:
-                self.sync()
+            after_writes(self)
 
     def _load(self) -> None:
         try:

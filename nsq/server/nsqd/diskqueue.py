@@ -82,6 +82,7 @@ from itertools import chain
 
 from .backend import BackendFull, BackendQueue
 from .diskqueue_meta import format_meta, listdir, parse_meta, scan_data_files, scan_records, write_meta
+from .syncpolicy import after_writes
 
 __all__ = ["DiskQueue"]
 
@@ -172,14 +173,7 @@ class DiskQueue(BackendQueue):
     def _after_write(self) -> None:
         if self._writes_since_sync >= self.sync_every:
             try:
-                if self.sync_every > 1:
-                    self.sync_in_background()
-                elif self.strict_hook is not None:
-                    # --sync-every=1 with an owner: it syncs in the disk thread
-                    # and holds the publisher's OK until that sync is done
-                    self.strict_hook(self)
-                else:
-                    self.sync()  # --sync-every=1: durable before the caller answers OK
+                after_writes(self)
             except OSError as e:  # the record is written; the next sync retries
                 logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
 

@@ -57,6 +57,7 @@ from google_crc32c import value as _crc
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
 from nsq.server.nsqd.atomicfile import write_all
 from nsq.server.nsqd.backend import BackendFull
+from nsq.server.nsqd.syncpolicy import after_writes, fsync_dup
 
 __all__ = ["TopicLog", "FRAME", "LogRecord", "encode_record", "encode_batch"]
 
@@ -320,12 +321,7 @@ class TopicLog:
         self._writes_since_sync += count
         if self._writes_since_sync >= self.sync_every:
             try:
-                if self.sync_every > 1:
-                    self.sync_in_background()
-                elif self.strict_hook is not None:
-                    self.strict_hook(self)
-                else:
-                    self.sync()
+                after_writes(self)
             except OSError as exc:  # written; the next sync retries
                 log.error("TOPIC(%s): failed to sync the log - %s", self.name, exc)
         return base
@@ -403,22 +399,15 @@ class TopicLog:
         if self.background is None:
             self.sync()
             return None
-        fd = os.dup(self._wfd)
         self._dirty = False
         self._writes_since_sync = 0
 
-        def work() -> None:
-            try:
-                os.fsync(fd)
-            except OSError as exc:
-                self._dirty = True
-                self._roll_next = True
-                log.error("TOPIC(%s): failed to sync the log - %s", self.name, exc)
-                raise
-            finally:
-                os.close(fd)
+        def failed(exc: OSError) -> None:
+            self._dirty = True
+            self._roll_next = True
+            log.error("TOPIC(%s): failed to sync the log - %s", self.name, exc)
 
-        return self.background(work)
+        return fsync_dup(self._wfd, self.background, failed)
 
     # -- reading -------------------------------------------------------------------
 
