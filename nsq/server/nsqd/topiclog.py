@@ -569,6 +569,9 @@ class TopicLog:
             self.sync()
         except OSError as exc:
             log.error("TOPIC(%s): failed to sync the log at close - %s", self.name, exc)
+        self._close_files()
+
+    def _close_files(self) -> None:
         self._closed = True
         if self._wfd is not None:
             os.close(self._wfd)
@@ -578,12 +581,7 @@ class TopicLog:
 
     def delete(self) -> None:
         """Close and remove every file of the log (topic deleted)."""
-        self._closed = True
-        if self._wfd is not None:
-            os.close(self._wfd)
-            self._wfd = None
-        for seg in self._segments:
-            seg.close()
+        self._close_files()
         import shutil
 
         shutil.rmtree(self.path, ignore_errors=True)
