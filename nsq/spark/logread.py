@@ -35,6 +35,8 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
+from nsq.spark import columns as _columns
+
 __all__ = ["DataLossError", "PAGE_BYTES", "PAGE_MESSAGES", "arrow_schema", "decode_page", "read_range"]
 
 log = logging.getLogger("nsq.spark")
@@ -48,7 +50,6 @@ PAGE_BYTES = 8 << 20
 #: seconds a request may take; attempts on a connection error, and the pause between
 TIMEOUT, ATTEMPTS, RETRY_PAUSE = 30.0, 3, 0.5
 
-_SCHEMA: Any = None
 
 
 class DataLossError(RuntimeError):
@@ -68,22 +69,8 @@ class DataLossError(RuntimeError):
 
 
 def arrow_schema() -> Any:
-    """The Arrow schema of the offsets source's rows (timestamps as µs in
-    UTC, as PySpark's ``to_arrow_schema`` gives it for the data source API)."""
-    global _SCHEMA
-    if _SCHEMA is None:
-        import pyarrow as pa
-
-        _SCHEMA = pa.schema([
-            ("body", pa.binary()),
-            ("id", pa.string()),
-            ("attempts", pa.int32()),
-            ("timestamp", pa.timestamp("us", tz="UTC")),
-            ("topic", pa.string()),
-            ("nsqd", pa.string()),
-            ("offset", pa.int64()),
-        ])
-    return _SCHEMA
+    """The Arrow schema of the offsets source's rows (:func:`nsq.spark.columns.arrow_schema` with ``offset``)."""
+    return _columns.arrow_schema(offset=True)
 
 
 def decode_page(page: bytes, topic: str, nsqd: str, stop: int | None = None) -> tuple[Any, int]:

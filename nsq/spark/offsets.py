@@ -53,16 +53,9 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
+from nsq.spark.columns import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from nsq.spark.logcluster import LogCluster, LogState
 from nsq.spark.options import EARLIEST, LATEST, OffsetSourceSettings
-
-try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
-except ImportError:  # pragma: no cover - older pyspark: no read limits
-    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]  # absent before 4.2
-
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]  # a stand-in mixin before 4.2
-        pass
 
 __all__ = ["NSQOffsetBatchReader", "NSQOffsetRange", "NSQOffsetStreamReader", "OFFSETS_SCHEMA", "OFFSETS_STRUCT",
            "plan_partitions", "rate_limit"]

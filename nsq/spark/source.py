@@ -57,15 +57,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import (BinaryType, IntegerType, StringType, StructField, StructType,
                                TimestampType)
 
+from nsq.spark.columns import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow, arrow_schema
 from nsq.spark.options import SourceSettings, source_settings
-
-try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
-except ImportError:  # pragma: no cover - older pyspark: no read limits
-    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]  # absent before 4.2
-
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]  # a stand-in mixin before 4.2
-        pass
 
 __all__ = ["NSQDataSource", "NSQPartition", "NSQStreamReader", "STREAM_SCHEMA"]
 
@@ -116,30 +109,13 @@ class NSQPartition(InputPartition):
         return f"NSQPartition({self.count} messages)"
 
 
-_ARROW_SCHEMA: Any = None
 
 
-def _arrow_schema() -> Any:
-    """The Arrow schema of :data:`STREAM_SCHEMA` (timestamps as µs in UTC,
-    as PySpark's ``to_arrow_schema`` gives it for the data source API)."""
-    global _ARROW_SCHEMA
-    if _ARROW_SCHEMA is None:
-        import pyarrow as pa
-
-        _ARROW_SCHEMA = pa.schema([
-            ("body", pa.binary()),
-            ("id", pa.string()),
-            ("attempts", pa.int32()),
-            ("timestamp", pa.timestamp("us", tz="UTC")),
-            ("topic", pa.string()),
-            ("nsqd", pa.string()),
-        ])
-    return _ARROW_SCHEMA
 
 
 def _record_batch(topic: str, messages: list, nsqd: str | None = None) -> Any:
     """The Arrow record batch of ``messages`` (client Message objects),
-    schema :func:`_arrow_schema`.
+    schema :func:`nsq.spark.columns.arrow_schema`.
 
     One Python pass per source attribute; the rest is Arrow's: ids (16
     ASCII hex bytes) cast from binary to string, NSQ's ns timestamps cast
@@ -149,7 +125,7 @@ def _record_batch(topic: str, messages: list, nsqd: str | None = None) -> Any:
     import pyarrow as pa
 
     n = len(messages)
-    schema = _arrow_schema()
+    schema = arrow_schema()
     ts_type = schema.field("timestamp").type
     timestamps = pa.array(list(map(_TIMESTAMP, messages)), pa.timestamp("ns", tz="UTC"))
     if nsqd is None:
