@@ -38,12 +38,10 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Callable
-from concurrent.futures import Future
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH, decode_message
 from nsq.server.nsqd.atomicfile import replace_atomically
-from nsq.server.nsqd.syncpolicy import after_writes, fsync_dup
+from nsq.server.nsqd.syncpolicy import AppendFile
 
 __all__ = ["DeferredLog"]
 
@@ -67,7 +65,7 @@ def _fsync_dir(path: str) -> None:
         log.error("DEFERRED: failed to sync directory %s - %s", path, exc)
 
 
-class DeferredLog:
+class DeferredLog(AppendFile):
     """The deferred messages of one channel, on disk.
 
     Args:
@@ -82,17 +80,12 @@ class DeferredLog:
     """
 
     def __init__(self, name: str, data_path: str, sync_every: int) -> None:
+        super().__init__(sync_every)
         self.name = name
+        self.subject = f"DEFERRED({name})"
         self.path = os.path.join(data_path, f"{name}.deferred.dat")
-        self.sync_every = max(1, sync_every)
-        self.background: Callable[[Callable[[], None]], Future[None]] | None = None
-        #: with ``sync_every == 1``: called after each append instead of an
-        #: inline fsync (see DiskQueue.strict_hook)
-        self.strict_hook: Callable[[DeferredLog], None] | None = None
         self.pending: dict[bytes, tuple[int, int, int, bytes]] = {}
         self._dead = 0
-        self._writes_since_sync = 0
-        self._dirty = False
         self._fd: int | None = None
         self._size = 0  # bytes of whole records in the file
         self._closed = False
@@ -142,37 +135,8 @@ class DeferredLog:
         self.pending.clear()
         self._drop_file()
 
-    @property
-    def needs_sync(self) -> bool:
-        """True if appended to since the last fsync."""
-        return self._dirty
-
-    def sync(self) -> None:
-        """fsync now."""
-        if self._fd is not None and self._dirty:
-            os.fsync(self._fd)
-        self._dirty = False
-        self._writes_since_sync = 0
-
-    def sync_in_background(self) -> Future[None] | None:
-        """fsync a dup of the file in the disk thread (inline without one).
-
-        Returns:
-            The disk thread's future, or None (nothing to do / done inline).
-        """
-        if self._fd is None or not self._dirty:
-            return None
-        if self.background is None:
-            self.sync()
-            return None
-        self._dirty = False
-        self._writes_since_sync = 0
-
-        def failed(exc: OSError) -> None:
-            self._dirty = True
-            log.error("DEFERRED(%s): failed to sync - %s", self.name, exc)
-
-        return fsync_dup(self._fd, self.background, failed)
+    def _sync_fd(self) -> int | None:
+        return self._fd
 
     def close(self) -> None:
         """Sync and close; pending messages stay in the file for the next
@@ -222,10 +186,7 @@ class DeferredLog:
                 log.error("DEFERRED(%s): failed to cut a torn record - %s", self.name, exc)
             raise
         self._size += len(record)
-        self._dirty = True
-        self._writes_since_sync += 1
-        if self._writes_since_sync >= self.sync_every:
-            after_writes(self)
+        self._wrote(1)
 
     def _load(self) -> None:
         try:
@@ -271,8 +232,7 @@ class DeferredLog:
             log.error("DEFERRED(%s): failed to remove %s - %s", self.name, self.path, exc)
         self._size = 0
         self._dead = 0
-        self._dirty = False
-        self._writes_since_sync = 0
+        self._synced()
 
     def _compact(self) -> None:
         """Rewrite the file with only the pending entries, atomically.
@@ -300,5 +260,4 @@ class DeferredLog:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         self._size = len(data)
         self._dead = 0
-        self._dirty = False
-        self._writes_since_sync = 0
+        self._synced()

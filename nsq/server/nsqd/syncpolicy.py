@@ -7,12 +7,15 @@ in the disk thread (Go: go-diskqueue's ``ioLoop``, which syncs after
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-__all__ = ["SyncedFile", "after_writes", "fsync_dup"]
+__all__ = ["AppendFile", "SyncedFile", "after_writes", "fsync_dup"]
+
+log = logging.getLogger("nsq.nsqd")
 
 
 class SyncedFile(Protocol):
@@ -60,3 +63,93 @@ def fsync_dup(fd: int, background: Callable[[Callable[[], None]], Future[None]],
             os.close(dup)
 
     return background(work)
+
+
+class AppendFile:
+    """What a file written by appends keeps for the sync policy, and its
+    syncs: the deferred log and the topic log derive from it (the disk
+    queue keeps its own, as it writes its meta file with each sync).
+
+    Attributes:
+        sync_every: fsync after this many records (``--sync-every``; 1 =
+            durable before the publish is answered).
+        background: runs a callable in the owner's disk thread
+            (``executor.submit``); None syncs inline.
+        strict_hook: with ``sync_every == 1``, called after each write
+            instead of an inline fsync: the owner syncs before answering.
+    """
+
+    #: names the file in log lines (``TOPIC(t)``, ``DEFERRED(t:c)``)
+    subject = ""
+
+    def __init__(self, sync_every: int) -> None:
+        self.sync_every = max(1, sync_every)
+        self.background: Callable[[Callable[[], None]], Future[None]] | None = None
+        self.strict_hook: Callable[[Any], None] | None = None
+        self._dirty = False
+        self._writes_since_sync = 0
+
+    def _sync_fd(self) -> int | None:
+        """The open fd to fsync, or None."""
+        raise NotImplementedError
+
+    def _sync_failed(self, exc: OSError) -> None:
+        """An fsync failed (a subclass may react: the topic log rolls)."""
+
+    def _synced(self) -> None:
+        self._dirty = False
+        self._writes_since_sync = 0
+
+    def _wrote(self, records: int) -> None:
+        """``records`` were appended: a sync is due after ``sync_every``.
+
+        Raises:
+            OSError: an inline sync failed (the records are written).
+        """
+        self._dirty = True
+        self._writes_since_sync += records
+        if self._writes_since_sync >= self.sync_every:
+            after_writes(self)
+
+    @property
+    def needs_sync(self) -> bool:
+        """True if appended to since the last fsync."""
+        return self._dirty
+
+    def sync(self) -> None:
+        """fsync now.
+
+        Raises:
+            OSError: the fsync failed.
+        """
+        fd = self._sync_fd()
+        if fd is not None and self._dirty:
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                self._sync_failed(exc)
+                raise
+        self._synced()
+
+    def sync_in_background(self) -> Future[None] | None:
+        """fsync a dup of the file in the disk thread (inline without one).
+
+        Returns:
+            The disk thread's future (it fails with the error of a failed
+            fsync, which is logged and leaves the file owing a sync), or
+            None (nothing to do, or done inline).
+        """
+        fd = self._sync_fd()
+        if fd is None or not self._dirty:
+            return None
+        if self.background is None:
+            self.sync()
+            return None
+        self._synced()
+
+        def failed(exc: OSError) -> None:
+            self._dirty = True
+            self._sync_failed(exc)
+            log.error("%s: failed to sync - %s", self.subject, exc)
+
+        return fsync_dup(fd, self.background, failed)

@@ -50,14 +50,13 @@ import bisect
 import logging
 import os
 import struct
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from collections.abc import Iterable
 from google_crc32c import value as _crc
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
 from nsq.server.nsqd.atomicfile import write_all
 from nsq.server.nsqd.backend import BackendFull
-from nsq.server.nsqd.syncpolicy import after_writes, fsync_dup
+from nsq.server.nsqd.syncpolicy import AppendFile
 
 __all__ = ["TopicLog", "FRAME", "LogRecord", "encode_record", "encode_batch"]
 
@@ -148,7 +147,7 @@ def _parse(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int] | Non
     return start, stop
 
 
-class TopicLog:
+class TopicLog(AppendFile):
     """The segmented log of one topic.
 
     Args:
@@ -170,18 +169,12 @@ class TopicLog:
     """
 
     def __init__(self, name: str, path: str, max_bytes_per_file: int, sync_every: int) -> None:
+        super().__init__(sync_every)
         self.name = name
+        self.subject = f"TOPIC({name})"
         self.path = path
         self.max_bytes_per_file = max(1, max_bytes_per_file)
-        self.sync_every = max(1, sync_every)
         self.error: str | None = None
-        #: runs a callable in the owner's disk thread; None syncs inline
-        self.background: Callable[[Callable[[], None]], Future[None]] | None = None
-        #: with ``sync_every == 1``: called after each append instead of an
-        #: inline fsync; the owner syncs before answering the publish
-        self.strict_hook: Callable[[TopicLog], None] | None = None
-        self._dirty = False
-        self._writes_since_sync = 0
         self._closed = False
         self._wfd: int | None = None
         self._roll_next = False  # an fsync failed: the next append starts a new segment
@@ -317,13 +310,10 @@ class TopicLog:
         active.size += size
         active.count = had + count
         self.head = base + count
-        self._dirty = True
-        self._writes_since_sync += count
-        if self._writes_since_sync >= self.sync_every:
-            try:
-                after_writes(self)
-            except OSError as exc:  # written; the next sync retries
-                log.error("TOPIC(%s): failed to sync the log - %s", self.name, exc)
+        try:
+            self._wrote(count)
+        except OSError as exc:  # written; the next sync retries
+            log.error("TOPIC(%s): failed to sync the log - %s", self.name, exc)
         return base
 
     def _cut_back(self, active: _Segment) -> None:
@@ -371,43 +361,11 @@ class TopicLog:
 
     # -- syncing -------------------------------------------------------------------
 
-    @property
-    def needs_sync(self) -> bool:
-        """True if appended to since the last fsync."""
-        return self._dirty
+    def _sync_fd(self) -> int | None:
+        return self._wfd
 
-    def sync(self) -> None:
-        """fsync the newest segment now.
-
-        Raises:
-            OSError: the fsync failed (the next append starts a new segment).
-        """
-        if self._wfd is not None and self._dirty:
-            try:
-                os.fsync(self._wfd)
-            except OSError:
-                self._roll_next = True
-                raise
-        self._dirty = False
-        self._writes_since_sync = 0
-
-    def sync_in_background(self) -> Future[None] | None:
-        """fsync a dup of the newest segment in the disk thread (inline
-        without one). Returns the thread's future, or None."""
-        if self._wfd is None or not self._dirty:
-            return None
-        if self.background is None:
-            self.sync()
-            return None
-        self._dirty = False
-        self._writes_since_sync = 0
-
-        def failed(exc: OSError) -> None:
-            self._dirty = True
-            self._roll_next = True
-            log.error("TOPIC(%s): failed to sync the log - %s", self.name, exc)
-
-        return fsync_dup(self._wfd, self.background, failed)
+    def _sync_failed(self, exc: OSError) -> None:
+        self._roll_next = True  # the pages since the last good fsync may be gone: a new segment
 
     # -- reading -------------------------------------------------------------------
 
