@@ -378,8 +378,8 @@ class Channel:
             return decode_entries(self.backend.read_many(n), f"CHANNEL({self.topic.name}:{self.name})")
         while True:
             entries = wal.read_entries(n, time.time_ns())
-            if self.in_flight or self.deferred:
-                # after a rewind: one still in flight or deferred is not sent twice at once
+            if entries and entries[0][5] < wal.replay_end and (self.in_flight or self.deferred):
+                # read again after a rewind: one still in flight or deferred is not sent twice at once
                 in_flight, deferred = self.in_flight, self.deferred
                 entries = [e for e in entries if e[0] not in in_flight and e[0] not in deferred]
             if not any(map(_DEFER_MS, entries)):
@@ -468,7 +468,7 @@ class Channel:
         ``FinishMessage``). Raises :class:`ChannelError`."""
         msg = self._pop_in_flight(client, msg_id)
         if self.wal is not None:
-            self.wal.fins.append(msg[OFFSET])
+            self.wal.finish((msg[OFFSET],))
         if self.e2e is not None:
             self.e2e.insert(msg[TIMESTAMP])
 
@@ -492,10 +492,7 @@ class Channel:
             elif track:
                 done.append(msg)
         if wal is not None:
-            fins = wal.fins
-            fins.extend(map(_OFFSET_OF, done))
-            if len(fins) > wal.FOLD_AT:
-                wal.fold()
+            wal.finish(map(_OFFSET_OF, done))
         if e2e is not None:
             insert = e2e.insert
             for msg in done:
@@ -556,7 +553,7 @@ class Channel:
             return False
         self.dead_letter_count += 1
         if self.wal is not None:
-            self.wal.fins.append(msg[OFFSET])  # done here: it lives on in the dead-letter topic
+            self.wal.finish((msg[OFFSET],))  # done here: it lives on in the dead-letter topic
         return True
 
     def peek(self, n: int) -> list[Entry]:

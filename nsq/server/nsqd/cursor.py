@@ -29,6 +29,7 @@ import bisect
 import json
 import logging
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from nsq.server.nsqd.backend import BackendQueue
@@ -182,6 +183,9 @@ class ChannelCursor(BackendQueue):
         #: REQ-delayed messages restored from the deferred log: id -> due (unix ns)
         self.restored_due: dict[bytes, int] = {}
         self.persisted_low = start
+        #: offsets below this were taken before a rewind and may still be in
+        #: flight or deferred: the channel filters them when it reads them
+        self.replay_end = 0
         #: (low, ranges, last range start) of the last checkpoint written
         self._saved: tuple[int, int, int] | None = None
         if path is not None:
@@ -239,6 +243,15 @@ class ChannelCursor(BackendQueue):
         return self.path, json.dumps(doc, separators=(",", ":")).encode()
 
     # -- positions -----------------------------------------------------------------
+
+    def finish(self, offsets: Iterable[int]) -> None:
+        """The channel finished the messages at ``offsets`` (FIN, dead
+        letters): collected, and folded into the range set at once when
+        :data:`FOLD_AT` are waiting (else by the periodic scan)."""
+        fins = self.fins
+        fins.extend(offsets)
+        if len(fins) > self.FOLD_AT:
+            self.fold()
 
     def fold(self) -> bool:
         """Fold the FINs collected since the last call into the range set;
@@ -340,6 +353,7 @@ class ChannelCursor(BackendQueue):
         from there on are kept."""
         self.fold()
         self.finished.cut_from(offset)
+        self.replay_end = max(self.replay_end, self.next)
         self.next = offset
         self.persisted_low = min(self.persisted_low, self.finished.low)
         self._saved = None  # checkpoint at the next scan
