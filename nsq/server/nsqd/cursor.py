@@ -380,12 +380,23 @@ class ChannelCursor(BackendQueue):
     # -- BackendQueue --------------------------------------------------------------
 
     def put(self, record: bytes) -> None:
+        """Not used: the topic appends records to its log once.
+
+        Raises:
+            NotImplementedError: always.
+        """
         raise NotImplementedError("a channel of a topic log takes no records: the topic appends them")
 
     def read(self) -> bytes | None:
+        """Not used: the channel reads with :meth:`read_entries`.
+
+        Raises:
+            NotImplementedError: always.
+        """
         raise NotImplementedError("read a channel of a topic log with read_entries()")
 
     def empty(self) -> None:
+        """Everything handed to the channel so far is finished (``/channel/empty``)."""
         self.skip_to(self.visible)
 
     def close(self) -> None:

@@ -24,9 +24,11 @@ class SyncedFile(Protocol):
     sync_every: int
     strict_hook: Any
 
-    def sync(self) -> None: ...
+    def sync(self) -> None:
+        """fsync now (raises OSError)."""
 
-    def sync_in_background(self) -> Future[None] | None: ...
+    def sync_in_background(self) -> Future[None] | None:
+        """fsync in the disk thread; its future, or None."""
 
 
 def after_writes(f: SyncedFile) -> None:

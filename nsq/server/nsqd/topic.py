@@ -46,12 +46,19 @@ class HeldMessages(BackendQueue):
     accepts_overflow = True
 
     def put(self, record: bytes) -> None:
+        """Not used: the log holds them.
+
+        Raises:
+            NotImplementedError: always.
+        """
         raise NotImplementedError("a topic log holds these")
 
     def read(self) -> bytes | None:
+        """Nothing to read here: channels read the log (None)."""
         return None
 
     def empty(self) -> None:
+        """Forget the count (the topic moves its visible offset to the head)."""
         self.depth = 0
 
 
