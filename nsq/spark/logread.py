@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import struct
 import threading
 import time
 import urllib.error
@@ -35,14 +34,15 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
+from nsq.protocol.logpage import PAGE_HEADER
 from nsq.spark import columns as _columns
 
 __all__ = ["DataLossError", "PAGE_BYTES", "PAGE_MESSAGES", "arrow_schema", "decode_page", "read_range"]
 
 log = logging.getLogger("nsq.spark")
 
-#: one message's header in a /topic/read answer (see the module docstring)
-READ_HEADER = struct.Struct(">qqH16si")
+#: one message's header in a /topic/read answer (nsq.protocol.logpage)
+READ_HEADER = PAGE_HEADER
 #: messages per /topic/read at most (nsqd's own cap)
 PAGE_MESSAGES = 10_000
 #: bytes of bodies per /topic/read asked for at most

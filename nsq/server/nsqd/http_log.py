@@ -26,7 +26,6 @@ or a Go duration meaning that long ago (``90m``).
 from __future__ import annotations
 
 import json
-import struct
 import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from nsq._internal.durations import format_duration, parse_duration
+from nsq.protocol.logpage import PAGE_HEADER, encode_page
 from nsq.server.httpapi import HTTPError, json_response, read_limited
 
 if TYPE_CHECKING:
@@ -44,9 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["add_routes", "parse_since", "resolve_start", "offset_arg", "encode_read", "READ_HEADER"]
 
 NEEDS_WAL = "NEEDS_STORAGE_WAL: start nsqd with --storage=wal"
-#: one message of a /topic/read answer: offset, timestamp (ns), attempts,
-#: 16-byte id, body size; then the body
-READ_HEADER = struct.Struct(">qqH16si")
+#: one message's header of a /topic/read answer (nsq.protocol.logpage)
+READ_HEADER = PAGE_HEADER
 #: most messages per /topic/read
 MAX_READ = 10_000
 #: most bytes of bodies per /topic/read (default 4 MiB)
@@ -90,15 +89,11 @@ def resolve_start(topic: Topic, text: str) -> int:
         raise HTTPError(400, "INVALID_START") from None
 
 
-def encode_read(records: list) -> bytes:
-    """The body of a ``/topic/read`` answer: per message
-    ``[i64 offset][i64 timestamp ns][u16 attempts][16-byte id][i32 size][body]``."""
-    pack = READ_HEADER.pack
-    parts = []
-    for offset, msg_id, body, ts, attempts, _defer in records:
-        parts.append(pack(offset, ts, attempts, bytes(msg_id), len(body)))
-        parts.append(bytes(body))
-    return b"".join(parts)
+def encode_read(records: list[Any]) -> bytes:
+    """The body of a ``/topic/read`` answer for topic-log records
+    (:data:`nsq.server.nsqd.topiclog.LogRecord`), in the format of
+    :mod:`nsq.protocol.logpage`."""
+    return encode_page((r[0], r[1], r[2], r[3], r[4]) for r in records)
 
 
 def _wal_topic(nsqd: NSQD, request: web.Request) -> Topic:

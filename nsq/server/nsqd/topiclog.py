@@ -58,14 +58,12 @@ from nsq.server.nsqd.atomicfile import write_all
 from nsq.server.nsqd.backend import BackendFull
 from nsq.server.nsqd.syncpolicy import AppendFile
 
-__all__ = ["TopicLog", "FRAME", "LogRecord", "encode_record", "encode_batch"]
+__all__ = ["TopicLog", "LogRecord", "encode_record", "encode_batch"]
 
 log = logging.getLogger("nsq.nsqd")
 
 #: size, crc32 of the payload
 _FRAME = struct.Struct(">II")
-#: framing bytes around a message (size, crc32, defer ms)
-FRAME = 12
 #: the payload's head: defer ms, timestamp, attempts
 _HEAD = struct.Struct(">IqH")
 _SEGMENT_SUFFIX = ".log"
