@@ -29,7 +29,7 @@ from nsq.server.nsqd.quantile import (
     query_summary,
     target_epsilon,
 )
-from nsq.server.nsqd.stats import nanoseconds_to_human
+from nsq.server.nsqd.stats_text import nanoseconds_to_human
 from nsq.server.nsqd.nsqd import NSQD
 
 from .helpers import HTTP, Conn, c, wait_for

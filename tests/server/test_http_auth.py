@@ -38,13 +38,13 @@ from nsq.server.nsqd.httpauth import (
     may_subscribe_topic,
     required_grant,
 )
+from nsq.server.nsqd.memstats import MemoryStats
 from nsq.server.nsqd.nsqd import NSQD
 from nsq.server.nsqd.options import ConfigError, NSQDOptions, load_config
 from nsq.server.nsqd.stats import (
     ChannelStats,
     ClientStats,
     E2ELatency,
-    MemoryStats,
     NSQDStats,
     PubCount,
     TopicStats,

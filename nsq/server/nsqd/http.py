@@ -32,7 +32,8 @@ from nsq.server.nsqd.http_log import add_routes as add_log_routes
 from nsq.server.nsqd.httpauth import AUTH_KEY, auth_middleware, filter_stats
 from nsq.server.nsqd.metrics import metrics_handler
 from nsq.server.nsqd.options import SPEC_BY_CFG, describe
-from nsq.server.nsqd.stats import collect_stats, render_text
+from nsq.server.nsqd.stats import collect_stats
+from nsq.server.nsqd.stats_text import render_text
 from nsq.server.nsqd.topic import TopicFull
 
 if TYPE_CHECKING:

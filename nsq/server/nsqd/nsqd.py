@@ -135,7 +135,7 @@ class NSQD:
         """
         from nsq.server.nsqd.client_v2 import ClientV2
         from nsq.server.nsqd.http import NSQDHTTPServer
-        from nsq.server.nsqd.stats import GC_PAUSES
+        from nsq.server.nsqd.memstats import GC_PAUSES
 
         try:
             validate(self.options)
@@ -248,7 +248,7 @@ class NSQD:
         if self.statsd is not None:
             await self.statsd.stop()
         if self._gc_pauses_held:
-            from nsq.server.nsqd.stats import GC_PAUSES
+            from nsq.server.nsqd.memstats import GC_PAUSES
 
             GC_PAUSES.release()
             self._gc_pauses_held = False

@@ -5,7 +5,8 @@ statsd and ``/metrics``.
 clients, producers, memory) from the daemon, as Go's ``NSQD.GetStats``
 builds ``TopicStats`` / ``ChannelStats`` / ``ClientStats`` (nsqd/stats.go)
 for both its HTTP API and its statsd loop. The HTTP API writes
-``stats.to_json()`` (or :func:`render_text`), statsd
+``stats.to_json()`` (or the text report,
+:func:`nsq.server.nsqd.stats_text.render_text`), statsd
 (:mod:`nsq.server.nsqd.statsd`) and ``/metrics``
 (:mod:`nsq.server.nsqd.metrics`) read the fields.
 
@@ -14,24 +15,18 @@ when a filter matches nothing, ``producers`` null when there are none.
 ``--storage=wal`` adds the topic log's figures to its topics and each
 channel's ``offset`` (only there).
 ``e2e_processing_latency`` is Go's quantile result (:func:`e2e_latency`,
-https://nsq.io/components/nsqd.html#-e2e-processing-latency-percentile); the text report prints its values as Go's
-``printStats`` does (``e2e%: 6.6s, 6.2s, 6.2s``). ``memory`` maps Go's
-runtime figures to CPython's (:func:`memory_stats`); statsd pushes the same.
+https://nsq.io/components/nsqd.html#-e2e-processing-latency-percentile). ``memory`` maps Go's
+runtime figures to CPython's (:mod:`nsq.server.nsqd.memstats`); statsd pushes the same.
 """
 
 from __future__ import annotations
 
-import gc
-import math
-import os
-import sys
-import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from nsq import NSQ_VERSION, __version__
+from nsq import NSQ_VERSION
 from nsq._internal.durations import format_duration
+from nsq.server.nsqd.memstats import MemoryStats, memory_stats
 from nsq.server.nsqd.quantile import WindowedQuantile, merged_result
 
 if TYPE_CHECKING:
@@ -41,13 +36,7 @@ if TYPE_CHECKING:
     from nsq.server.nsqd.topic import Topic
 
 __all__ = ["NSQDStats", "TopicStats", "TopicLogStats", "ChannelStats", "ClientStats", "PubCount", "E2ELatency",
-           "Percentile", "MemoryStats", "collect_stats", "get_stats", "client_stats", "render_text",
-           "version_string", "e2e_latency", "nanoseconds_to_human", "memory_stats", "GC_PAUSES"]
-
-
-def version_string() -> str:
-    """The first line of the text report (Go: ``nsqd v1.2.1 (built w/go1.x)``)."""
-    return f"nsqd v{NSQ_VERSION} (built w/nsq-python {__version__}, Python {sys.version.split()[0]})"
+           "Percentile", "collect_stats", "get_stats", "client_stats", "e2e_latency"]
 
 
 def _json_number(q: float) -> float | int:
@@ -58,10 +47,11 @@ def _json_number(q: float) -> float | int:
 # -- the shapes (Go nsqd/stats.go) ----------------------------------------------------
 #
 # Built once per request (:func:`collect_stats`) and read by the HTTP API
-# (``to_json`` for ``?format=json``, :func:`render_text`), statsd
-# (:mod:`nsq.server.nsqd.statsd`) and ``/metrics``
-# (:mod:`nsq.server.nsqd.metrics`). ``to_json`` writes each object's keys in
-# the order ``/stats`` has always had (Go's for Go's fields, ours after).
+# (``to_json`` for ``?format=json``, the text report of
+# :mod:`nsq.server.nsqd.stats_text`), statsd (:mod:`nsq.server.nsqd.statsd`)
+# and ``/metrics`` (:mod:`nsq.server.nsqd.metrics`). ``to_json`` writes each
+# object's keys in the order ``/stats`` has always had (Go's for Go's fields,
+# ours after).
 
 
 class Percentile(NamedTuple):
@@ -311,37 +301,6 @@ class TopicStats:
 
 
 @dataclass(slots=True)
-class MemoryStats:
-    """Go's ``memStats`` keys mapped to CPython figures (:func:`memory_stats`
-    says which); JSON keys in this order."""
-
-    heap_objects: int
-    heap_idle_bytes: int
-    heap_in_use_bytes: int
-    heap_released_bytes: int
-    #: us
-    gc_pause_usec_100: int
-    gc_pause_usec_99: int
-    gc_pause_usec_95: int
-    next_gc_bytes: int
-    gc_total_runs: int
-
-    def to_json(self) -> dict[str, int]:
-        """The ``/stats`` ``memory`` object."""
-        return {
-            "heap_objects": self.heap_objects,
-            "heap_idle_bytes": self.heap_idle_bytes,
-            "heap_in_use_bytes": self.heap_in_use_bytes,
-            "heap_released_bytes": self.heap_released_bytes,
-            "gc_pause_usec_100": self.gc_pause_usec_100,
-            "gc_pause_usec_99": self.gc_pause_usec_99,
-            "gc_pause_usec_95": self.gc_pause_usec_95,
-            "next_gc_bytes": self.next_gc_bytes,
-            "gc_total_runs": self.gc_total_runs,
-        }
-
-
-@dataclass(slots=True)
 class NSQDStats:
     """The whole of ``/stats`` (Go ``doStats``'s answer).
 
@@ -391,23 +350,6 @@ def e2e_latency(quantiles: list[WindowedQuantile], topic: str, channel: str, hos
         return E2ELatency(0, None, topic, channel, host)
     count, values = merged_result(quantiles, quantiles[0].percentiles)
     return E2ELatency(count, [Percentile(q, int(v)) for q, v in values], topic, channel, host)
-
-
-def nanoseconds_to_human(value: float) -> str:
-    """A latency as Go's ``stringy.NanoSecondToHuman``: ``6.6s``, ``167.5ms``,
-    ``12.0us``, ``0.0ns`` (one decimal; the unit chosen strictly above 1000)."""
-    if value > 1e9:
-        return f"{value / 1e9:.1f}s"
-    if value > 1e6:
-        return f"{value / 1e6:.1f}ms"
-    if value > 1e3:
-        return f"{value / 1e3:.1f}us"
-    return f"{value:.1f}ns"
-
-
-def _e2e_text(latency: E2ELatency) -> str:
-    # Go's quantile.Result.String(): the values, comma separated ("" if none)
-    return ", ".join(nanoseconds_to_human(p.value) for p in latency.percentiles or [])
 
 
 def client_stats(client: ClientV2, topic: str = "") -> ClientStats:
@@ -527,119 +469,6 @@ def log_stats(topic: Topic) -> TopicLogStats:
     )
 
 
-class GCPauses:
-    """Durations of CPython's last 256 garbage collections (Go keeps the last
-    256 GC pauses in ``runtime.MemStats.PauseNs``).
-
-    Installed as a :data:`gc.callbacks` hook while at least one nsqd runs
-    (:meth:`acquire` / :meth:`release`, reference counted): two calls of a
-    small function per collection, nothing per message.
-    """
-
-    SIZE = 256
-
-    def __init__(self) -> None:
-        self.pauses_ns: deque[int] = deque(maxlen=self.SIZE)
-        self._started = 0
-        self._users = 0
-
-    def _callback(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter_ns()
-        elif self._started:
-            self.pauses_ns.append(time.perf_counter_ns() - self._started)
-            self._started = 0
-
-    def acquire(self) -> None:
-        """Start recording (first user installs the hook)."""
-        self._users += 1
-        if self._users == 1:
-            gc.callbacks.append(self._callback)
-
-    def release(self) -> None:
-        """Stop recording (last user removes the hook)."""
-        if self._users == 0:
-            return
-        self._users -= 1
-        if self._users == 0:
-            try:
-                gc.callbacks.remove(self._callback)
-            except ValueError:
-                pass
-            self._started = 0
-
-    def percentiles_usec(self) -> tuple[int, int, int]:
-        """(100th, 99th, 95th) percentile of the recorded pauses in us, by
-        Go statsd.go's ``percentile`` rule (sorted, index
-        ``floor(p/100 * len + 0.5)`` capped at the last); zeros if none."""
-        pauses = sorted(self.pauses_ns)
-        length = len(pauses)
-        if not length:
-            return 0, 0, 0
-
-        def pick(p: float) -> int:
-            index = min(int(math.floor(p / 100.0 * length + 0.5)), length - 1)
-            return pauses[index] // 1000
-
-        return pick(100.0), pick(99.0), pick(95.0)
-
-
-#: the process-wide GC pause recorder (nsqd acquires it while running)
-GC_PAUSES = GCPauses()
-
-
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        pass
-    try:  # no /proc (macOS, BSD): the peak RSS is the best cheap figure
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak if sys.platform == "darwin" else peak * 1024
-    except (ImportError, OSError, ValueError):
-        return 0
-
-
-def memory_stats() -> MemoryStats:
-    """Go's ``memStats`` keys (``/stats`` ``memory``, statsd ``mem.*``) mapped
-    to what CPython can tell cheaply.
-
-    ============================ ==============================================
-    key                          CPython figure
-    ============================ ==============================================
-    heap_objects                 ``sys.getallocatedblocks()``: memory blocks
-                                 allocated by the interpreter (Go: live heap
-                                 objects)
-    heap_idle_bytes              0 (Go: idle heap spans; not exposed)
-    heap_in_use_bytes            resident set size, bytes (``/proc/self/statm``;
-                                 elsewhere the peak RSS from ``getrusage``)
-    heap_released_bytes          0 (Go: heap returned to the OS; not exposed)
-    gc_pause_usec_100 / 99 / 95  percentiles of the last 256 garbage
-                                 collections' durations, us (:data:`GC_PAUSES`;
-                                 0 while no nsqd runs in the process)
-    next_gc_bytes                0 (CPython collects by allocation counts,
-                                 not heap bytes)
-    gc_total_runs                collections so far, all generations
-                                 (``gc.get_stats()``)
-    ============================ ==============================================
-    """
-    p100, p99, p95 = GC_PAUSES.percentiles_usec()
-    return MemoryStats(
-        heap_objects=sys.getallocatedblocks(),
-        heap_idle_bytes=0,
-        heap_in_use_bytes=_rss_bytes(),
-        heap_released_bytes=0,
-        gc_pause_usec_100=p100,
-        gc_pause_usec_99=p99,
-        gc_pause_usec_95=p95,
-        next_gc_bytes=0,
-        gc_total_runs=sum(s["collections"] for s in gc.get_stats()),
-    )
-
-
 def collect_stats(
     nsqd: NSQD, topic: str = "", channel: str = "", include_clients: bool = True, include_mem: bool = True
 ) -> NSQDStats:
@@ -650,7 +479,7 @@ def collect_stats(
             filter also drops the topics that lack that channel.
         include_clients: channel clients and producers (off for statsd and
             ``/metrics``).
-        include_mem: :func:`memory_stats`.
+        include_mem: :func:`~nsq.server.nsqd.memstats.memory_stats`.
     """
     host = nsqd.options.broadcast_address
     topics = [
@@ -680,61 +509,3 @@ def get_stats(
     """The ``/stats?format=json`` object (:func:`collect_stats` as JSON):
     ``{version, health, start_time, topics, memory?, producers}``."""
     return collect_stats(nsqd, topic, channel, include_clients, include_mem).to_json()
-
-
-def _duration_s(seconds: float) -> str:
-    return format_duration(float(int(seconds)))
-
-
-def render_text(stats: NSQDStats) -> str:
-    """The plain-text ``/stats`` report, laid out as Go nsqd's ``printStats``."""
-    now = time.time()
-    lines = [
-        version_string(),
-        "start_time " + time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(stats.start_time)),
-        "uptime " + format_duration(round(now - stats.start_time, 6)),
-        "",
-        f"Health: {stats.health}",
-    ]
-    if stats.memory is not None:
-        lines += ["", "Memory:"]
-        for key, value in stats.memory.to_json().items():
-            lines.append(f"   {key:<25}\t{value}")
-    topics = stats.topics or []
-    out = "\n".join(lines) + "\n"
-    out += "\nTopics: None\n" if not topics else "\nTopics:"
-    for t in topics:
-        prefix = "*P " if t.paused else "   "
-        out += (
-            f"\n{prefix}[{t.topic_name:<15}] depth: {t.depth:<5} be-depth: {t.backend_depth:<5} "
-            f"msgs: {t.message_count:<8} e2e%: {_e2e_text(t.e2e_processing_latency)}\n"
-        )
-        for c in t.channels:
-            prefix = "   *P " if c.paused else "      "
-            out += (
-                f"{prefix}[{c.channel_name:<25}] depth: {c.depth:<5} be-depth: {c.backend_depth:<5} "
-                f"inflt: {c.in_flight_count:<4} def: {c.deferred_count:<4} re-q: {c.requeue_count:<5} "
-                f"timeout: {c.timeout_count:<5} msgs: {c.message_count:<8} "
-                f"e2e%: {_e2e_text(c.e2e_processing_latency)}\n"
-            )
-            for cl in c.clients or []:
-                out += (
-                    f"        [{cl.version} {cl.client_id:<21}] state: {cl.state} "
-                    f"inflt: {cl.in_flight_count:<4} rdy: {cl.ready_count:<4} fin: {cl.finish_count:<8} "
-                    f"re-q: {cl.requeue_count:<8} msgs: {cl.message_count:<8} "
-                    f"connected: {_duration_s(now - cl.connect_ts)}\n"
-                )
-    producers = stats.producers or []
-    if not producers:
-        out += "\nProducers: None\n"
-    else:
-        out += "\nProducers:"
-        for p in producers:
-            total = sum(pc.count for pc in p.pub_counts)
-            out += (
-                f"\n   [{p.version} {p.client_id:<21}] msgs: {total:<8} "
-                f"connected: {_duration_s(now - p.connect_ts)}\n"
-            )
-            for pc in p.pub_counts:
-                out += f"      [{pc.topic:<15}] msgs: {pc.count:<8}\n"
-    return out

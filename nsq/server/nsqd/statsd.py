@@ -40,7 +40,7 @@ https://nsq.io/components/nsqd.html#statsd--graphite-integration; behaviour of G
   ``mem.heap_released_bytes``, ``mem.gc_pause_usec_100``,
   ``mem.gc_pause_usec_99``, ``mem.gc_pause_usec_95``,
   ``mem.next_gc_bytes`` (gauges) and ``mem.gc_runs`` (counter). Their
-  CPython meaning is :func:`nsq.server.nsqd.stats.memory_stats`'s. (The
+  CPython meaning is :func:`nsq.server.nsqd.memstats.memory_stats`'s. (The
   nsqd documentation lists ``mem.mem.next_gc_bytes``; Go's code sends
   ``mem.next_gc_bytes``, and so do we.)
 
@@ -57,7 +57,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from nsq._internal.addresses import fmt_addr, split_host_port
-from nsq.server.nsqd.stats import collect_stats, memory_stats
+from nsq.server.nsqd.memstats import memory_stats
+from nsq.server.nsqd.stats import collect_stats
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD
