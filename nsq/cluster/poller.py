@@ -1,6 +1,6 @@
 """Polling a cluster for ``nsq admin``: lookupd ``/nodes``, ``/topics``,
 ``/info`` and each nsqd's ``/stats`` and ``/info`` over HTTP, aggregated by
-:mod:`nsq.cluster.model`.
+:mod:`nsq.cluster.model` (rates by :mod:`nsq.cluster.rates`).
 
 Like Go nsqadmin (nsqio/nsq ``nsqadmin/http.go`` over
 ``internal/clusterinfo``), the nsqds are those the lookupds list
@@ -24,16 +24,15 @@ from nsq.cluster.lookupd import topic_nsqds
 from nsq.cluster.model import (
     ChannelStats,
     ClusterSnapshot,
-    History,
     LookupdInfo,
     NodeError,
     NodeInfo,
     aggregate,
-    apply_rates,
     version_tuple,
 )
 from nsq.cluster.nsqd import NSQDHTTPClient, nsqd_topic_producers
 from nsq.cluster.peek import Peek, peek_nsqds, peek_targets
+from nsq.cluster.rates import History, apply_rates
 
 __all__ = ["Cluster", "USER_AGENT"]
 

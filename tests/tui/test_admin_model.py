@@ -6,15 +6,14 @@ from __future__ import annotations
 from nsq.tui import fmt
 from nsq.cluster.model import (
     ClusterSnapshot,
-    History,
     NodeInfo,
     Percentile,
     aggregate,
-    apply_rates,
     merge_e2e,
     parse_e2e,
     version_tuple,
 )
+from nsq.cluster.rates import History, apply_rates
 
 
 def node(n: int, topics: list[tuple[str, bool]] = ()) -> NodeInfo:

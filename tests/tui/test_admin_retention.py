@@ -16,7 +16,8 @@ import copy
 import pytest
 from textual.widgets import DataTable
 
-from nsq.cluster.model import ClusterSnapshot, History, LookupdInfo, NodeError, TopicLog, aggregate, apply_rates
+from nsq.cluster.model import ClusterSnapshot, LookupdInfo, NodeError, TopicLog, aggregate
+from nsq.cluster.rates import History, apply_rates
 from nsq.cluster.rewind import error_code, format_time, parse_since
 from nsq.client.lookupd import HTTPAPIError
 from nsq.tui import fmt

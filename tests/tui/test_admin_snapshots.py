@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import copy
 
-from nsq.cluster.model import ClusterSnapshot, History, LookupdInfo, NodeError, NodeInfo, aggregate, apply_rates
+from nsq.cluster.model import ClusterSnapshot, LookupdInfo, NodeError, NodeInfo, aggregate
 from nsq.cluster.peek import Peek, PeekedMessage, merge_peeks
+from nsq.cluster.rates import History, apply_rates
 from nsq.tui.admin import AdminApp, FixedSource
 
 T0 = 1_790_000_000.0  # the last poll, Unix seconds
