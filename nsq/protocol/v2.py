@@ -110,6 +110,8 @@ MAX_LINE_LENGTH = 16 * 1024
 LINE_TOO_LONG = "failed to read command - bufio: buffer full"
 
 _LEN = struct.Struct(">i")
+#: an MPUB body's message count and its first message's size
+_ONE_MESSAGE = struct.Struct(">ii")
 #: back-to-back ``FIN <16-byte id>\n`` commands (an id never holds a newline)
 _FIN_RUN = re.compile(rb"(?:FIN [^\n]{16}\n)+")
 _MAGIC_PENDING = -1
@@ -329,6 +331,42 @@ class V2ServerParser:
                 return cmd
             # an ignored command (RDY while closing): go on
 
+    def take_publish(self, data: bytes) -> tuple[Any, ...] | None:
+        """The command ``data`` holds, when ``data`` is one read holding
+        exactly one whole PUB or MPUB to a topic name seen before and
+        nothing is buffered (a producer waiting for each ``OK``, the
+        request/response case); else None, and ``data`` is to be
+        :meth:`feed`-ed as usual. Same commands and errors as
+        :meth:`feed` + :meth:`next_command`, without buffering.
+
+        Raises:
+            ClientError: E_BAD_BODY / E_BAD_MESSAGE, an MPUB's bad count
+                or message (fatal, as from :meth:`next_command`).
+        """
+        if not self.drained or type(data) is not bytes:
+            return None  # bytes buffered, or the magic still expected
+        nl = data.find(b"\n", 0, 128)  # a valid line is at most 70 bytes (a 64-byte name)
+        if nl < 0 or len(data) - nl < 5:
+            return None
+        start = nl + 5  # the body, after its 4-byte size
+        size = _LEN.unpack_from(data, nl + 1)[0]
+        if start + size != len(data) or size <= 0:
+            return None
+        if data.startswith(b"PUB "):
+            topic = _VALID_TOPICS.get(data[4:nl])
+            if topic is None or size > self.limits.max_msg_size:
+                return None
+            return (CMD_PUB, topic, data[start:])
+        if data.startswith(b"MPUB "):
+            topic = _VALID_TOPICS.get(data[5:nl])
+            if topic is None or size < 4 or size > self.limits.max_body_size:
+                return None
+            if size > 8 and _ONE_MESSAGE.unpack_from(data, start) == (1, size - 8) \
+                    and size - 8 <= self.limits.max_msg_size:
+                return (CMD_MPUB, topic, [data[start + 8:]])  # an MPUB of one message
+            return (CMD_MPUB, topic, self._mpub_bodies(data, start, size))
+        return None
+
     # -- body helpers ----------------------------------------------------
 
     def _body_len(self, start: int) -> int | None:
@@ -466,9 +504,19 @@ class V2ServerParser:
         if size < 4:
             raise ClientError(E_BAD_BODY, "MPUB failed to read message count")
         if isinstance(buf, bytes):  # one read's bytes: slices copy once
-            data, pos = buf, start + 4
+            bodies = self._mpub_bodies(buf, start + 4, size)
         else:  # a bytearray slice would copy each body twice: copy the whole once
-            data, pos = bytes(memoryview(buf)[start + 4:start + 4 + size]), 0
+            bodies = self._mpub_bodies(bytes(memoryview(buf)[start + 4:start + 4 + size]), 0, size)
+        return (CMD_MPUB, topic, bodies), 4 + size
+
+    def _mpub_bodies(self, data: bytes, pos: int, size: int) -> list[bytes]:
+        """The message bodies of an MPUB body of ``size`` bytes (at least
+        4) at ``data[pos:]``: ``[count][size][body]...``.
+
+        Raises:
+            ClientError: E_BAD_BODY (count) or E_BAD_MESSAGE (a message's size or body).
+        """
+        limits = self.limits
         end = pos + size
         count = _LEN.unpack_from(data, pos)[0]
         pos += 4
@@ -491,7 +539,7 @@ class V2ServerParser:
                 raise ClientError(E_BAD_MESSAGE, "MPUB failed to read message body")
             append(data[pos:pos + msize])
             pos += msize
-        return (CMD_MPUB, topic, bodies), 4 + size
+        return bodies
 
     def _rdy(self, params: list[bytes], start: int) -> _Handled:
         if self.state == STATE_CLOSING:

@@ -550,3 +550,87 @@ def test_pub_of_a_topic_seen_before_parses_as_any_pub(data):
     parse_all(b"PUB known\n" + struct.pack(">i", 1) + b"x")  # the name is now known
     assert b"known" in v2._VALID_TOPICS
     assert outcome() == cold
+
+
+# -- take_publish: one whole PUB/MPUB read, parsed in place ---------------------
+
+def _primed(limits: Limits | None = None, topic: str = "t") -> V2ServerParser:
+    """A parser past the magic, with ``topic`` seen and nothing buffered."""
+    parser = V2ServerParser(limits)
+    parser.feed(MAGIC_V2 + c.pub(topic, b"seen"))
+    assert drain(parser) == [(CMD_PUB, topic, b"seen")]
+    return parser
+
+
+TAKEN = [
+    pytest.param(c.pub("t", b"hello\nworld"), (CMD_PUB, "t", b"hello\nworld"), id="PUB"),
+    pytest.param(c.mpub("t", [b"one"]), (CMD_MPUB, "t", [b"one"]), id="MPUB-of-1"),
+    pytest.param(c.mpub("t", [b"a", b"bc", b"\x00\n"]), (CMD_MPUB, "t", [b"a", b"bc", b"\x00\n"]), id="MPUB-of-3"),
+]
+
+
+@pytest.mark.parametrize("data, expected", TAKEN)
+def test_take_publish_takes_one_whole_publish(data, expected):
+    parser = _primed()
+    assert parser.take_publish(data) == expected
+    assert parser.buffered == 0 and parser.drained
+    # the stream goes on as usual afterwards
+    parser.feed(c.nop())
+    assert drain(parser) == [(CMD_NOP,)]
+
+
+@pytest.mark.parametrize("data", [
+    pytest.param(c.pub("t", b"x") + c.nop(), id="more-than-one-command"),
+    pytest.param(c.pub("t", b"hello")[:-1], id="partial-body"),
+    pytest.param(c.pub("new", b"x"), id="topic-not-seen"),
+    pytest.param(b"PUB t\r\n" + struct.pack(">i", 1) + b"x", id="crlf"),
+    pytest.param(c.dpub("t", 5, b"x"), id="DPUB"),
+    pytest.param(c.nop(), id="NOP"),
+    pytest.param(b"PUB t\n" + struct.pack(">i", 0), id="empty-body"),
+    pytest.param(b"MPUB t\n" + struct.pack(">i", 2) + b"ab", id="mpub-short-count"),
+])
+def test_take_publish_leaves_everything_else_to_the_buffer(data):
+    parser = _primed()
+    assert parser.take_publish(data) is None
+    assert parser.buffered == 0
+
+
+def test_take_publish_needs_an_empty_buffer():
+    parser = _primed()
+    parser.feed(c.pub("t", b"abc")[:3])  # a partial command buffered
+    assert parser.take_publish(c.pub("t", b"x")) is None
+    fresh = V2ServerParser()  # the magic not read yet
+    assert fresh.take_publish(c.pub("t", b"x")) is None
+
+
+def _general(data: bytes, limits: Limits | None) -> list[tuple] | str:
+    parser = _primed(limits)
+    parser.feed(data)
+    try:
+        return drain(parser)
+    except ClientError as exc:
+        return exc.wire_text()
+
+
+@pytest.mark.parametrize("data, limits", [
+    *[pytest.param(p.values[0], p.values[1], id=p.id) for p in ERRORS
+      if p.values[0].startswith((b"PUB", b"MPUB"))],
+    *[pytest.param(p.values[0], None, id="ok-" + p.id) for p in TAKEN],
+    pytest.param(c.pub("t", b"x" * 1024), Limits(max_msg_size=1024), id="pub-at-max"),
+    pytest.param(c.mpub("t", [b"x" * 1025]), Limits(max_msg_size=1024), id="mpub-of-1-too-big"),
+    pytest.param(b"MPUB t\n" + struct.pack(">iii", 9, 1, 2) + b"a", None, id="mpub-of-1-short-body"),
+    pytest.param(b"MPUB t\n" + struct.pack(">iii", 9, 2, 1) + b"a", None, id="mpub-count-2-of-1"),
+    pytest.param(b"MPUB t\n" + struct.pack(">ii", 4, 1), None, id="mpub-count-only"),
+])
+def test_take_publish_answers_as_the_general_path(data, limits):
+    """Same command, or same error, as feed + next_command, for every PUB and
+    MPUB (the topic seen first, so the in-place parse is tried)."""
+    parser = _primed(limits)
+    try:
+        taken = parser.take_publish(data)
+    except ClientError as exc:
+        assert exc.fatal
+        assert exc.wire_text() == _general(data, limits)
+        return
+    if taken is not None:
+        assert [taken] == _general(data, limits)

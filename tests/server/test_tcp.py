@@ -330,6 +330,55 @@ async def test_sub_bad_channel(connect):
     assert frames == [(FRAME_TYPE_ERROR, b'E_BAD_CHANNEL SUB channel name "' + b"a" * 65 + b'" is not valid')]
 
 
+# -- one publish per read (the producer waiting for each OK) ----------------------
+
+
+async def test_publishes_one_per_read_are_answered_and_delivered_in_order(connect, http: HTTP):
+    """A producer that writes one PUB or MPUB and waits for its OK (each a
+    read of its own, parsed in place): every OK, counts, delivery order."""
+    sub = await consumer(connect, "t", "ch")
+    pub = await connect()
+    await pub.identify(client_id="p")
+    sent = []
+    for i in range(30):
+        if i % 3 == 0:
+            await pub.send(c.pub("t", b"p%d" % i))
+            sent.append(b"p%d" % i)
+        elif i % 3 == 1:
+            await pub.send(c.mpub("t", [b"m%d" % i]))
+            sent.append(b"m%d" % i)
+        else:
+            await pub.send(c.mpub("t", [b"a%d" % i, b"b%d" % i]))
+            sent += [b"a%d" % i, b"b%d" % i]
+        await pub.expect_ok()
+    got = [(await sub.read_message()).body for _ in sent]
+    assert got == sent
+    stats = await http.stats()
+    topic = next(t for t in stats["topics"] if t["topic_name"] == "t")
+    assert topic["message_count"] == len(sent)
+    producer = next(p for p in stats["producers"] if p["client_id"] == "p")
+    assert producer["pub_counts"] == [{"topic": "t", "count": len(sent)}]
+
+
+@pytest.mark.parametrize("body, error", [
+    (struct.pack(">ii", 8, 1) + struct.pack(">i", 0) * 1, b"E_BAD_MESSAGE MPUB invalid message(0) body size 0"),
+    (struct.pack(">ii", 4, 0), b"E_BAD_BODY MPUB invalid message count 0"),
+    (struct.pack(">iii", 9, 2, 1) + b"a", b"E_BAD_MESSAGE MPUB failed to read message(1) body size"),
+])
+async def test_bad_mpub_alone_in_a_read_is_fatal_for_that_connection_only(connect, body, error):
+    """A bad MPUB to a topic already published to, alone in its read: the
+    same error frame and close as anywhere in a stream; the daemon goes on."""
+    sub = await consumer(connect, "t", "ch")
+    bad = await connect()
+    await bad.publish("t", b"first")
+    await bad.send(b"MPUB t\n" + body)
+    assert await bad.expect_closed() == [(FRAME_TYPE_ERROR, error)]
+    assert (await sub.read_message()).body == b"first"
+    good = await connect()
+    await good.publish("t", b"after")
+    assert (await sub.read_message()).body == b"after"
+
+
 # -- CLS ------------------------------------------------------------------------
 
 

@@ -104,6 +104,13 @@ class ClientV2(asyncio.Protocol):
         #: commands other than IDENTIFY need TLS first (--tls-required true/tcp-https)
         self._tls_policy = nsqd.tls_required != "false"
         self._auth_enabled = bool(opts.auth_http_addresses)
+        #: the daemon's topics by name (the same dict, never rebound)
+        self._topics = nsqd.topics
+        #: the daemon's output writer (coalesced per loop turn)
+        self._output = nsqd.output
+        #: a read holding one PUB/MPUB may skip the command buffer (no
+        #: TLS-first policy, no AUTH: nothing to check before it runs)
+        self._lane = not self._tls_policy and not self._auth_enabled
         #: nsqd's owed fsyncs (--sync-every=1), tested after each command
         self._owed = nsqd.disk.owed
         self._retry: tuple[Any, ...] | None = None
@@ -160,6 +167,9 @@ class ClientV2(asyncio.Protocol):
         self.last_recv = self._loop.time()
         try:
             if self.codec is None:
+                if (self._lane and len(data) <= self.SMALL_READ and self._waiting is None and not self.closed
+                        and self._publish_read(data)):
+                    return
                 self.parser.feed(data)
                 if self._waiting is None:
                     self._process(len(data) <= self.SMALL_READ)
@@ -232,7 +242,8 @@ class ClientV2(asyncio.Protocol):
         nsqd = self.nsqd
         # a small read writes at its end (flush_now): what its commands make
         # for any client needs no end-of-turn callback meanwhile
-        held = small and nsqd.hold_flush()
+        output = self._output
+        held = small and output.hold()
         while not self.closed:
             cmd = None
             try:
@@ -277,9 +288,39 @@ class ClientV2(asyncio.Protocol):
             if self.channel is not None and self.in_flight_count < self.ready_count and not self.closed:
                 self.channel.client_ready(self)
         if small:
-            nsqd.flush_now(self, held)
+            output.flush_now(self, held)
         else:
             self._mark_dirty()
+
+    def _publish_read(self, data: bytes) -> bool:
+        """If ``data`` is one whole PUB or MPUB and nothing else
+        (:meth:`V2ServerParser.take_publish`), run it and write its answer
+        now, as :meth:`_process` does after a small read, without buffering
+        it first: a producer that waits for each ``OK`` costs the parse,
+        the publish and one write. False: ``data`` is for the usual path."""
+        try:
+            cmd = self.parser.take_publish(data)  # raises ClientError as next_command would
+        except ClientError as exc:
+            self._client_error(exc)  # fatal: flushes and closes
+            return True
+        if cmd is None:
+            return False
+        output = self._output
+        held = output.hold()
+        try:
+            self._handlers[cmd[0]](cmd)
+        except ClientError as exc:
+            self._client_error(exc)
+        except Exception:
+            # a bug must cost one connection, never the daemon
+            log.exception("[%s] internal error handling a command, closing", self.remote_address)
+            self.close()
+        if self._owed:
+            barrier = self.nsqd.durability_barrier()  # --sync-every=1, as in _process
+            if barrier is not None:
+                self._wait_for(barrier)
+        output.flush_now(self, held)
+        return True
 
     def pause_writing(self) -> None:
         """The peer does not read fast enough (transport above its high-water
@@ -396,7 +437,7 @@ class ClientV2(asyncio.Protocol):
     def _mark_dirty(self) -> None:
         if not self.dirty and self.out:
             self.dirty = True
-            self.nsqd.schedule_flush(self)
+            self._output.schedule(self)
 
     def flush(self) -> None:
         """Write the output buffer to the socket (called by the daemon).
@@ -435,7 +476,7 @@ class ClientV2(asyncio.Protocol):
         self.message_count += n
         if not self.dirty:
             self.dirty = True
-            self.nsqd.schedule_flush(self)
+            self._output.schedule(self)
 
     def _client_error(self, exc: ClientError) -> None:
         log.error("[%s] - %s", self.remote_address, exc.wire_text())
@@ -521,25 +562,38 @@ class ClientV2(asyncio.Protocol):
         self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + n
         self.out += _OK_FRAME
 
+    # PUB and MPUB are the request/response hot path: their topic lookup
+    # and counting are inline (no get_topic/_published calls)
+
     def _pub(self, cmd: tuple[int, str, bytes]) -> None:
-        _, topic, body = cmd
+        _, name, body = cmd
         if self._auth_enabled:
-            self.features.check_auth(self, "PUB", topic, "")
+            self.features.check_auth(self, "PUB", name, "")
+        topic = self._topics.get(name) or self.nsqd.get_topic(name)
         try:
-            self.nsqd.get_topic(topic).publish_one(body)
+            topic.publish_one(body)
         except TopicFull as exc:
             raise ClientError(E_PUB_FAILED, f"PUB failed {exc}") from None
-        self._published(topic, 1)
+        counts = self.pub_counts
+        counts[name] = counts.get(name, 0) + 1
+        self.out += _OK_FRAME
 
     def _mpub(self, cmd: tuple[int, str, list[bytes]]) -> None:
-        _, topic, bodies = cmd
+        _, name, bodies = cmd
         if self._auth_enabled:
-            self.features.check_auth(self, "MPUB", topic, "")
+            self.features.check_auth(self, "MPUB", name, "")
+        topic = self._topics.get(name) or self.nsqd.get_topic(name)
+        n = len(bodies)
         try:
-            self.nsqd.get_topic(topic).publish(bodies)
+            if n == 1:  # an MPUB of one: a producer waiting for each OK
+                topic.publish_one(bodies[0])
+            else:
+                topic.publish(bodies)
         except TopicFull as exc:
             raise ClientError(E_MPUB_FAILED, f"MPUB failed {exc}") from None
-        self._published(topic, len(bodies))
+        counts = self.pub_counts
+        counts[name] = counts.get(name, 0) + n
+        self.out += _OK_FRAME
 
     def _dpub(self, cmd: tuple[int, str, int, bytes]) -> None:
         _, topic, defer_ms, body = cmd

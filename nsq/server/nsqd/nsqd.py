@@ -28,6 +28,7 @@ from nsq.server.nsqd.drain import DrainController
 from nsq.server.nsqd.deadletter import ChannelSettings
 from nsq.server.nsqd.lookup import Lookupds
 from nsq.server.nsqd.options import ConfigError, NSQDOptions, validate
+from nsq.server.nsqd.output import Output
 from nsq.server.nsqd.topic import Topic
 
 if TYPE_CHECKING:
@@ -76,8 +77,8 @@ class NSQD:
         self.topics: dict[str, Topic] = {}
         self.clients: dict[int, ClientV2] = {}
         self._next_client_id = 0
-        self._dirty: list[ClientV2] = []
-        self._flush_scheduled = False
+        #: V2 connections' output, written once per loop turn or after a small read
+        self.output = Output()
         self._metadata_timer: asyncio.TimerHandle | None = None
         #: channels with in-flight or deferred deadlines (the scan visits only these)
         self._armed: set[Channel] = set()
@@ -145,6 +146,7 @@ class NSQD:
         GC_PAUSES.acquire()
         self._gc_pauses_held = True
         self._loop = asyncio.get_running_loop()
+        self.output.loop = self._loop
         self._stopped = asyncio.Event()
         self.start_time = int(time.time())
         self._setup_tls()
@@ -263,7 +265,7 @@ class NSQD:
             self._auth_session = None
         if self._tcp_server is not None:
             self._tcp_server.close()
-        self._flush_all()
+        self.output.flush_all()
         for client in list(self.clients.values()):
             client.close()
         self.persist_metadata()
@@ -539,52 +541,6 @@ class NSQD:
         no in-flight or deferred deadline left; idle channels cost nothing."""
         channel.armed = True
         self._armed.add(channel)
-
-    def schedule_flush(self, client: ClientV2) -> None:
-        """Flush ``client``'s output buffer at the end of this loop turn."""
-        self._dirty.append(client)
-        if not self._flush_scheduled:
-            self._schedule_flush_all()
-
-    def hold_flush(self) -> bool:
-        """Start a small read whose end calls :meth:`flush_now`: until then
-        :meth:`schedule_flush` only records dirty clients (no loop callback
-        per request). Returns True if the caller must pass ``held=True`` to
-        :meth:`flush_now` (False: a flush was already scheduled)."""
-        if self._flush_scheduled:
-            return False
-        self._flush_scheduled = True
-        return True
-
-    def flush_now(self, client: ClientV2, held: bool = False) -> None:
-        """Write now, not at the end of this loop turn, the output pending
-        for every client (in the order it became pending: messages a PUB
-        delivered go out before its OK), then ``client``'s. ``held``: the
-        answer of :meth:`hold_flush` at the start of the read."""
-        if client.out and not client.dirty:
-            client.dirty = True
-            self._dirty.append(client)
-        self._write_dirty()  # a flush already scheduled finds nothing left
-        if held:
-            self._flush_scheduled = False
-            if self._dirty:  # a client's flush made output (none known today)
-                self._schedule_flush_all()
-
-    def _schedule_flush_all(self) -> None:
-        self._flush_scheduled = True
-        assert self._loop is not None
-        self._loop.call_soon(self._flush_all)
-
-    def _flush_all(self) -> None:
-        self._flush_scheduled = False
-        self._write_dirty()
-
-    def _write_dirty(self) -> None:
-        dirty = self._dirty
-        if dirty:
-            self._dirty = []
-            for client in dirty:
-                client.flush()
 
     # -- timers ------------------------------------------------------------------
 

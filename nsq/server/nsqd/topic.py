@@ -325,12 +325,21 @@ class Topic:
             raise TopicFull("exiting")
         if self.nsqd.draining:
             raise TopicFull("draining")
-        self._check_room(1)
+        # a topic without a channel, with room in memory, queues it there
+        # (what _check_room and _accept decide, without their calls)
+        held = not self.channels and self.log is None and len(self.queue) < self.mem_queue_size
+        if not held:
+            self._check_room(1)
         now = time.time_ns()
         msg_id = self._ids.new_id(now)
         while msg_id is None:  # 4096 IDs used in this ~1 ms window
             now = time.time_ns()
             msg_id = self._ids.new_id(now)
+        if held:
+            self.message_count += 1
+            self.message_bytes += len(body)
+            self.queue.append((msg_id, body, now, 0, defer_ms, NO_OFFSET))
+            return
         offset = NO_OFFSET
         if self.log is not None:
             offset = self._append(encode_record(msg_id, body, now, 0, defer_ms), 1)
