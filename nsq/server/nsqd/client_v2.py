@@ -108,6 +108,7 @@ class ClientV2(asyncio.Protocol):
         self._topics = nsqd.topics
         #: the daemon's output writer (coalesced per loop turn)
         self._output = nsqd.output
+        self._spinner = nsqd.spinner
         #: a read holding one PUB/MPUB may skip the command buffer (no
         #: TLS-first policy, no AUTH: nothing to check before it runs)
         self._lane = not self._tls_policy and not self._auth_enabled
@@ -165,6 +166,8 @@ class ClientV2(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = self._loop.time()
+        if self._spinner is not None:
+            self._spinner.touch(self.last_recv)
         try:
             if self.codec is None:
                 if (self._lane and len(data) <= self.SMALL_READ and self._waiting is None and not self.closed

@@ -30,6 +30,7 @@ from nsq.server.nsqd.lookup import Lookupds
 from nsq.server.nsqd.options import ConfigError, NSQDOptions, validate
 from nsq.server.nsqd.output import Output
 from nsq.server.nsqd.topic import Topic
+from nsq.server.spin import Spinner
 
 if TYPE_CHECKING:
     import aiohttp
@@ -79,6 +80,8 @@ class NSQD:
         self._next_client_id = 0
         #: V2 connections' output, written once per loop turn or after a small read
         self.output = Output()
+        #: --spin-before-sleep: keeps the loop polling after each read (None: off)
+        self.spinner: Spinner | None = None
         self._metadata_timer: asyncio.TimerHandle | None = None
         #: channels with in-flight or deferred deadlines (the scan visits only these)
         self._armed: set[Channel] = set()
@@ -147,6 +150,8 @@ class NSQD:
         self._gc_pauses_held = True
         self._loop = asyncio.get_running_loop()
         self.output.loop = self._loop
+        if self.options.spin_before_sleep > 0:
+            self.spinner = Spinner(self._loop, self.options.spin_before_sleep)
         self._stopped = asyncio.Event()
         self.start_time = int(time.time())
         self._setup_tls()

@@ -1,0 +1,80 @@
+"""--spin-before-sleep: the event loop polls instead of sleeping for a
+window after each read, and stops when it lapses (nsq/server/spin.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from nsq.server.nsqd.options import ConfigError, NSQDOptions, validate
+from nsq.server.spin import Spinner
+
+from .helpers import Conn, c
+
+
+async def test_spinner_polls_for_its_window_then_stops():
+    loop = asyncio.get_running_loop()
+    spinner = Spinner(loop, 0.02)
+    spinner.touch(loop.time())
+    await asyncio.sleep(0.005)
+    assert spinner.running
+    spinning = spinner.turns
+    assert spinning > 10  # the loop kept turning: no sleep in epoll
+    await asyncio.sleep(0.1)
+    assert not spinner.running
+    stopped = spinner.turns
+    await asyncio.sleep(0.1)
+    assert spinner.turns == stopped  # idle: no turns, no CPU
+
+
+async def test_each_touch_restarts_the_window():
+    loop = asyncio.get_running_loop()
+    spinner = Spinner(loop, 0.03)
+    for _ in range(4):
+        spinner.touch(loop.time())
+        await asyncio.sleep(0.02)
+        assert spinner.running
+    await asyncio.sleep(0.1)
+    assert not spinner.running
+
+
+def test_spinner_needs_a_positive_window():
+    with pytest.raises(ValueError):
+        Spinner(asyncio.new_event_loop(), 0)
+
+
+@pytest.mark.parametrize("value", [-0.001, 1.5])
+def test_spin_before_sleep_bounds(value):
+    with pytest.raises(ConfigError, match="--spin-before-sleep"):
+        validate(NSQDOptions(spin_before_sleep=value))
+
+
+async def test_nsqd_with_spin_before_sleep_serves_and_goes_idle(make_nsqd):
+    d = await make_nsqd(spin_before_sleep=0.2)
+    assert d.spinner is not None
+    sub = await Conn.open(d.tcp_port)
+    pub = await Conn.open(d.tcp_port)
+    try:
+        await sub.subscribe("t", "ch", 100)
+        for i in range(20):
+            await pub.publish("t", b"m%d" % i)
+            assert d.spinner.running  # the read just now started a window
+        got = [(await sub.read_message()).body for _ in range(20)]
+        assert got == [b"m%d" % i for i in range(20)]
+        await asyncio.sleep(0.5)
+        assert not d.spinner.running
+    finally:
+        await sub.aclose()
+        await pub.aclose()
+
+
+async def test_nsqd_without_the_flag_has_no_spinner(make_nsqd):
+    d = await make_nsqd()
+    assert d.spinner is None
+    conn = await Conn.open(d.tcp_port)
+    try:
+        await conn.send(c.nop())
+        await conn.expect_nothing(0.05)
+    finally:
+        await conn.aclose()
