@@ -346,17 +346,11 @@ class V2ServerParser:
         if not self.drained or type(data) is not bytes:
             return None  # bytes buffered, or the magic still expected
         nl = data.find(b"\n", 0, 128)  # a valid line is at most 70 bytes (a 64-byte name)
-        if nl < 0 or len(data) - nl < 5:
-            return None
         start = nl + 5  # the body, after its 4-byte size
-        size = _LEN.unpack_from(data, nl + 1)[0]
-        if start + size != len(data) or size <= 0:
-            return None
-        if data.startswith(b"PUB "):
-            topic = _VALID_TOPICS.get(data[4:nl])
-            if topic is None or size > self.limits.max_msg_size:
-                return None
-            return (CMD_PUB, topic, data[start:])
+        end = len(data)
+        if nl < 4 or start > end or start + _LEN.unpack_from(data, nl + 1)[0] != end:
+            return None  # not one whole command with a body, or more than one
+        size = end - start
         if data.startswith(b"MPUB "):
             topic = _VALID_TOPICS.get(data[5:nl])
             if topic is None or size < 4 or size > self.limits.max_body_size:
@@ -365,6 +359,11 @@ class V2ServerParser:
                     and size - 8 <= self.limits.max_msg_size:
                 return (CMD_MPUB, topic, [data[start + 8:]])  # an MPUB of one message
             return (CMD_MPUB, topic, self._mpub_bodies(data, start, size))
+        if data.startswith(b"PUB "):
+            topic = _VALID_TOPICS.get(data[4:nl])
+            if topic is None or not 0 < size <= self.limits.max_msg_size:
+                return None
+            return (CMD_PUB, topic, data[start:])
         return None
 
     # -- body helpers ----------------------------------------------------

@@ -224,6 +224,37 @@ def test_arbitrary_bytes_same_outcome_whatever_the_chunking(data, cuts, limits):
     assert run(chunked(stream, cuts)) == run([stream])
 
 
+@SETTINGS
+@given(data=garbage, cuts=split_points(), limits=small_limits)
+@example(data=c.pub("t", b"x") + c.mpub("t", [b"a"]) + c.mpub("t", [b"b", b"c"]), cuts=[11, 30, 53],
+         limits=Limits())
+@example(data=c.nop() + c.sub("t", "c") + b"RDY", cuts=[8], limits=Limits())  # a line, then 3 bytes
+def test_take_publish_then_feed_is_the_general_path(data, cuts, limits):
+    """A server that tries :meth:`take_publish` on each read before feeding
+    it gets the same commands and the same error as one that only feeds."""
+    def run(chunks, take):
+        parser = V2ServerParser(limits)
+        out = []
+        try:
+            for chunk in chunks:
+                cmd = parser.take_publish(chunk) if take else None
+                if cmd is not None:
+                    out.append(cmd)
+                    continue
+                parser.feed(chunk)
+                while (cmd := parser.next_command()) is not None:
+                    if cmd[0] == CMD_FIN_MANY:
+                        out += [(CMD_FIN, i) for i in cmd[1]]
+                    else:
+                        out.append(cmd)
+        except ClientError as err:
+            return out, err.wire_text()
+        return out, None
+
+    chunks = list(chunked(MAGIC_V2 + data, cuts))
+    assert run(chunks, take=True) == run(chunks, take=False)
+
+
 # -- (c) FrameReader on arbitrary bytes ---------------------------------------------
 
 @SETTINGS

@@ -586,6 +586,9 @@ def test_take_publish_takes_one_whole_publish(data, expected):
     pytest.param(b"PUB t\r\n" + struct.pack(">i", 1) + b"x", id="crlf"),
     pytest.param(c.dpub("t", 5, b"x"), id="DPUB"),
     pytest.param(c.nop(), id="NOP"),
+    pytest.param(c.sub("t", "c"), id="SUB"),
+    pytest.param(c.sub("t", "c") + b"RDY", id="a line and 3 bytes"),
+    pytest.param(b"PUB t\n" + struct.pack(">i", 1)[:3], id="a line and part of a size"),
     pytest.param(b"PUB t\n" + struct.pack(">i", 0), id="empty-body"),
     pytest.param(b"MPUB t\n" + struct.pack(">i", 2) + b"ab", id="mpub-short-count"),
 ])
