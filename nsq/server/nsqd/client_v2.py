@@ -1,9 +1,11 @@
 """One V2 TCP connection: an ``asyncio.Protocol`` around the sans-IO parser.
 
 Bytes in -> :class:`~nsq.protocol.v2.V2ServerParser` -> commands executed
-against topics/channels -> frames appended to an output buffer that the
-daemon flushes once per event-loop turn (coalesced writes, as Go's bufio
-writer). Go: nsqd/protocol_v2.go ``IOLoop``/``Exec`` and nsqd/client_v2.go.
+against topics/channels (:mod:`nsq.server.nsqd.commands`, one function per
+command) -> frames appended to an output buffer that the daemon flushes
+once per event-loop turn (coalesced writes, as Go's bufio writer,
+:mod:`nsq.server.nsqd.output`). Go: nsqd/protocol_v2.go ``IOLoop``/``Exec``
+and nsqd/client_v2.go.
 IDENTIFY's settings are :func:`nsq.server.nsqd.identify.negotiate`'s (kept
 as :attr:`ClientV2.negotiated`); the TLS/compression upgrades and AUTH are
 :class:`nsq.server.nsqd.features.Features` (``ClientV2.features``).
@@ -12,33 +14,24 @@ as :attr:`ClientV2.negotiated`); the TLS/compression upgrades and AUTH are
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from nsq._internal.addresses import fmt_addr
 from nsq.protocol import v2
 from nsq.protocol.compression import Codec, CompressionError
 from nsq.protocol.errors import (
-    E_DPUB_FAILED,
-    E_FIN_FAILED,
     E_INVALID,
-    E_MPUB_FAILED,
     E_PUB_FAILED,
-    E_REQ_FAILED,
-    E_TOO_MANY_CHANNEL_CONSUMERS,
-    E_TOUCH_FAILED,
     ClientError,
 )
 from nsq.protocol.message import MSG_FRAME_HDR as _MSG_FRAME_HDR
 from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, HEARTBEAT, OK, encode_frame
-from nsq.server.nsqd.channel import ChannelError
+from nsq.server.nsqd.commands import HANDLERS
 from nsq.server.nsqd.features import Features, Suspend
-from nsq.server.nsqd.identify import Negotiated, initial, negotiate
+from nsq.server.nsqd.identify import Negotiated, initial
 from nsq.server.nsqd.stats import ClientStats, client_stats
-from nsq.server.nsqd.topic import TopicFull
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.channel import Channel
@@ -103,21 +96,23 @@ class ClientV2(asyncio.Protocol):
         self.codec: Codec | None = None
         #: commands other than IDENTIFY need TLS first (--tls-required true/tcp-https)
         self._tls_policy = nsqd.tls_required != "false"
-        self._auth_enabled = bool(opts.auth_http_addresses)
+        #: AUTH is on (--auth-http-address): commands check it first
+        self.auth_enabled = bool(opts.auth_http_addresses)
         #: the daemon's topics by name (the same dict, never rebound)
-        self._topics = nsqd.topics
+        self.topics = nsqd.topics
         #: the daemon's output writer (coalesced per loop turn)
         self._output = nsqd.output
         self._spinner = nsqd.spinner
         #: a read holding one PUB/MPUB may skip the command buffer (no
         #: TLS-first policy, no AUTH: nothing to check before it runs)
-        self._lane = not self._tls_policy and not self._auth_enabled
+        self._lane = not self._tls_policy and not self.auth_enabled
         #: nsqd's owed fsyncs (--sync-every=1), tested after each command
         self._owed = nsqd.disk.owed
         self._retry: tuple[Any, ...] | None = None
         self._lost = False
         self.last_recv = 0.0
-        self._freed = False
+        #: a FIN/REQ of this read freed RDY room: refill once at its end
+        self.freed = False
         #: the transport's buffer is above its high-water mark: no reading,
         #: no new messages until it drains (Go blocks this client's IO loop)
         self.write_paused = False
@@ -126,21 +121,6 @@ class ClientV2(asyncio.Protocol):
         self._waiting: asyncio.Future[Any] | None = None
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
-        self._handlers: dict[int, Callable[[Any], None]] = {
-            v2.CMD_IDENTIFY: self._identify,
-            v2.CMD_AUTH: self._auth,
-            v2.CMD_SUB: self._sub,
-            v2.CMD_PUB: self._pub,
-            v2.CMD_MPUB: self._mpub,
-            v2.CMD_DPUB: self._dpub,
-            v2.CMD_RDY: self._rdy,
-            v2.CMD_FIN: self._fin,
-            v2.CMD_FIN_MANY: self._fin_many,
-            v2.CMD_REQ: self._req,
-            v2.CMD_TOUCH: self._touch,
-            v2.CMD_CLS: self._cls,
-            v2.CMD_NOP: self._nop,
-        }
 
     def __repr__(self) -> str:
         return f"client({self.remote_address})"
@@ -162,7 +142,7 @@ class ClientV2(asyncio.Protocol):
         self.last_recv = self._loop.time()
         self.nsqd.add_client(self)
         log.info("TCP: new client(%s)", self.remote_address)
-        self._schedule_heartbeat()
+        self.schedule_heartbeat()
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = self._loop.time()
@@ -241,7 +221,7 @@ class ClientV2(asyncio.Protocol):
         pending, ``protocol_v2.go`` ``Send`` and ``messagePump``).
         """
         parser = self.parser
-        handlers = self._handlers
+        handlers = HANDLERS
         nsqd = self.nsqd
         # a small read writes at its end (flush_now): what its commands make
         # for any client needs no end-of-turn callback meanwhile
@@ -259,14 +239,14 @@ class ClientV2(asyncio.Protocol):
                 kind = cmd[0]  # the CMD_* constant; the rest as protocol/v2.py lists
                 if self._tls_policy and not self.features.tls and kind != v2.CMD_IDENTIFY:
                     raise ClientError(E_INVALID, f"cannot {_COMMAND_NAMES[kind]} in current state (TLS required)")
-                handlers[kind](cmd)
+                handlers[kind](self, cmd)
             except Suspend as wait:
                 if wait.retry:
                     self._retry = cmd
                 self._suspend(wait)
                 break
             except ClientError as exc:
-                self._client_error(exc)
+                self.client_error(exc)
                 if exc.fatal:
                     break
             except Exception:
@@ -284,10 +264,10 @@ class ClientV2(asyncio.Protocol):
                     break
             if parser.drained:
                 break  # nothing more buffered: spare the call that says so
-        if self._freed:
+        if self.freed:
             # FIN/REQ freed RDY slots: refill them in one batch per read,
             # not one pump per FIN
-            self._freed = False
+            self.freed = False
             if self.channel is not None and self.in_flight_count < self.ready_count and not self.closed:
                 self.channel.client_ready(self)
         if small:
@@ -304,7 +284,7 @@ class ClientV2(asyncio.Protocol):
         try:
             cmd = self.parser.take_publish(data)  # raises ClientError as next_command would
         except ClientError as exc:
-            self._client_error(exc)  # fatal: flushes and closes
+            self.client_error(exc)  # fatal: flushes and closes
             return True
         if cmd is None:
             return False
@@ -313,9 +293,9 @@ class ClientV2(asyncio.Protocol):
         if held:
             output.scheduled = True
         try:
-            self._handlers[cmd[0]](cmd)
+            HANDLERS[cmd[0]](self, cmd)
         except ClientError as exc:
-            self._client_error(exc)
+            self.client_error(exc)
         except Exception:
             # a bug must cost one connection, never the daemon
             log.exception("[%s] internal error handling a command, closing", self.remote_address)
@@ -381,7 +361,7 @@ class ClientV2(asyncio.Protocol):
                 wait.on_done(fut)
             except ClientError as exc:
                 self._retry = None
-                self._client_error(exc)
+                self.client_error(exc)
             if self.closed:
                 return
             self._resume_reading()
@@ -399,7 +379,7 @@ class ClientV2(asyncio.Protocol):
             # the write is not known to be on disk: do not answer OK
             self.nsqd.set_health(f"failed to sync - {exc}")
             self.out = bytearray()
-            self._client_error(ClientError(E_PUB_FAILED, "PUB failed sync to disk failed"))
+            self.client_error(ClientError(E_PUB_FAILED, "PUB failed sync to disk failed"))
             return
         self._resume_reading()
         self._mark_dirty()
@@ -439,9 +419,8 @@ class ClientV2(asyncio.Protocol):
         self.parser.clear()
         self.codec = None
         self._retry = None
-        # no reference cycles left (bound handlers, transport <-> protocol):
-        # the object goes by reference counting, not at the next full GC
-        self._handlers = {}
+        # no reference cycle left (transport <-> protocol): the object goes
+        # by reference counting, not at the next full GC
         self.transport = None
         log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote_address)
 
@@ -491,7 +470,9 @@ class ClientV2(asyncio.Protocol):
             self.dirty = True
             self._output.schedule(self)
 
-    def _client_error(self, exc: ClientError) -> None:
+    def client_error(self, exc: ClientError) -> None:
+        """Log ``exc``, answer its error frame (if it has one) and close the
+        connection if it is fatal (Go protocol_v2.go ``IOLoop``)."""
         log.error("[%s] - %s", self.remote_address, exc.wire_text())
         if exc.answer:
             self.out += encode_frame(FRAME_TYPE_ERROR, exc.wire_bytes())
@@ -513,7 +494,8 @@ class ClientV2(asyncio.Protocol):
 
     # -- heartbeats --------------------------------------------------------------
 
-    def _schedule_heartbeat(self) -> None:
+    def schedule_heartbeat(self) -> None:
+        """(Re)start the heartbeat timer at the negotiated interval (none at 0)."""
         if self._heartbeat_handle is not None:
             self._heartbeat_handle.cancel()
             self._heartbeat_handle = None
@@ -532,158 +514,14 @@ class ClientV2(asyncio.Protocol):
             return
         self.out += _HEARTBEAT_FRAME
         self._mark_dirty()
-        self._schedule_heartbeat()
-
-    # -- commands ----------------------------------------------------------------
-
-    def _identify(self, cmd: tuple[int, dict[str, Any]]) -> None:
-        """IDENTIFY (Go protocol_v2.go ``IDENTIFY``): new settings, the
-        answer (``OK``, or JSON with feature negotiation), then the upgrades."""
-        _, data = cmd
-        nsqd = self.nsqd
-        features = self.features
-        got = negotiate(data, nsqd.options, self.negotiated, tls_available=nsqd.tls_context is not None,
-                        tls=features.tls, compressed=self.codec is not None)
-        self.negotiated = got.settings
-        self.parser.heartbeats_enabled = got.settings.heartbeat_interval > 0
-        self._schedule_heartbeat()
-        if got.response is None:
-            self.out += _OK_FRAME
-            return
-        self.out += encode_frame(FRAME_TYPE_RESPONSE, json.dumps(got.response, separators=(",", ":")).encode())
-        features.upgrade(self, got)
-
-    def _auth(self, cmd: tuple[int, bytes]) -> None:
-        self.features.auth(self, cmd[1])
-
-    def _sub(self, cmd: tuple[int, str, str]) -> None:
-        _, topic_name, channel_name = cmd
-        if self._auth_enabled:
-            self.features.check_auth(self, "SUB", topic_name, channel_name)
-        topic = self.nsqd.get_topic(topic_name)
-        channel = topic.get_channel(channel_name)
-        if not channel.add_client(self):
-            raise ClientError(
-                E_TOO_MANY_CHANNEL_CONSUMERS,
-                f"channel consumers for {topic_name}:{channel_name} exceeds limit of "
-                f"{self.nsqd.options.max_channel_consumers}",
-            )
-        self.channel = channel
-        self.out += _OK_FRAME
-
-    def _published(self, topic_name: str, n: int) -> None:
-        self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + n
-        self.out += _OK_FRAME
-
-    # PUB and MPUB are the request/response hot path: their topic lookup
-    # and counting are inline (no get_topic/_published calls)
-
-    def _pub(self, cmd: tuple[int, str, bytes]) -> None:
-        _, name, body = cmd
-        if self._auth_enabled:
-            self.features.check_auth(self, "PUB", name, "")
-        topic = self._topics.get(name) or self.nsqd.get_topic(name)
-        try:
-            topic.publish_one(body)
-        except TopicFull as exc:
-            raise ClientError(E_PUB_FAILED, f"PUB failed {exc}") from None
-        counts = self.pub_counts
-        counts[name] = counts.get(name, 0) + 1
-        self.out += _OK_FRAME
-
-    def _mpub(self, cmd: tuple[int, str, list[bytes]]) -> None:
-        _, name, bodies = cmd
-        if self._auth_enabled:
-            self.features.check_auth(self, "MPUB", name, "")
-        topic = self._topics.get(name) or self.nsqd.get_topic(name)
-        n = len(bodies)
-        try:
-            if n == 1:  # an MPUB of one: a producer waiting for each OK
-                topic.publish_one(bodies[0])
-            else:
-                topic.publish(bodies)
-        except TopicFull as exc:
-            raise ClientError(E_MPUB_FAILED, f"MPUB failed {exc}") from None
-        counts = self.pub_counts
-        counts[name] = counts.get(name, 0) + n
-        self.out += _OK_FRAME
-
-    def _dpub(self, cmd: tuple[int, str, int, bytes]) -> None:
-        _, topic, defer_ms, body = cmd
-        if self._auth_enabled:
-            self.features.check_auth(self, "DPUB", topic, "")
-        try:
-            self.nsqd.get_topic(topic).publish_one(body, defer_ms)
-        except TopicFull as exc:
-            raise ClientError(E_DPUB_FAILED, f"DPUB failed {exc}") from None
-        self._published(topic, 1)
-
-    def _rdy(self, cmd: tuple[int, int]) -> None:
-        _, self.ready_count = cmd
-        if self.channel is not None:
-            self.channel.client_ready(self)
-
-    def _fin(self, cmd: tuple[int, bytes]) -> None:
-        _, msg_id = cmd
-        channel = self.channel
-        # the parser refuses FIN/REQ/TOUCH before SUB, and a failed SUB is fatal
-        assert channel is not None
-        try:
-            channel.finish(self, msg_id)
-        except ChannelError as exc:
-            raise ClientError(E_FIN_FAILED, f"FIN {msg_id.decode('latin-1')} failed {exc}") from None
-        self.finish_count += 1
-        self._message_done()
-
-    def _fin_many(self, cmd: tuple[int, list[bytes]]) -> None:
-        # the same as one _fin per id, in order, without a parser round trip each
-        _, msg_ids = cmd
-        channel = self.channel
-        assert channel is not None
-        failed = channel.finish_many(self, msg_ids)
-        for msg_id, reason in failed:
-            self._client_error(ClientError(E_FIN_FAILED, f"FIN {msg_id.decode('latin-1')} failed {reason}"))
-        done = len(msg_ids) - len(failed)
-        if done:
-            self.finish_count += done
-            self.in_flight_count -= done
-            self._freed = True
-
-    def _req(self, cmd: tuple[int, bytes, int]) -> None:
-        _, msg_id, timeout_ms = cmd
-        channel = self.channel
-        assert channel is not None
-        try:
-            channel.requeue(self, msg_id, timeout_ms)
-        except ChannelError as exc:
-            raise ClientError(E_REQ_FAILED, f"REQ {msg_id.decode('latin-1')} failed {exc}") from None
-        self.requeue_count += 1
-        self._message_done()
-
-    def _touch(self, cmd: tuple[int, bytes]) -> None:
-        _, msg_id = cmd
-        channel = self.channel
-        assert channel is not None
-        try:
-            channel.touch(self, msg_id)
-        except ChannelError as exc:
-            raise ClientError(E_TOUCH_FAILED, f"TOUCH {msg_id.decode('latin-1')} failed {exc}") from None
-
-    def _cls(self, cmd: tuple[int]) -> None:
-        self.ready_count = 0
-        self.closing = True
-        if self.channel is not None:
-            self.channel.client_ready(self)
-        self.out += _CLOSE_WAIT_FRAME
-
-    def _nop(self, cmd: tuple[int]) -> None:
-        return None
+        self.schedule_heartbeat()
 
     # -- channel callbacks -------------------------------------------------------
 
-    def _message_done(self) -> None:
+    def message_done(self) -> None:
+        """A message of this client was finished or requeued."""
         self.in_flight_count -= 1
-        self._freed = True
+        self.freed = True
 
     def stats(self, topic: str = "") -> ClientStats:
         """This connection's ``/stats`` figures (Go ``clientV2.Stats``)."""
