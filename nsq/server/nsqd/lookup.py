@@ -7,6 +7,10 @@ topics and channels come and go and PINGs every 15 s. After a failure it
 reconnects (1 s, doubling to 15 s) and registers everything again, so
 commands lost while disconnected do not matter. ``--lookupd-tcp-address``
 and ``PUT /config/nsqlookupd_tcp_addresses`` set the peers.
+
+A new topic first asks the lookupds' HTTP ``/channels`` for the channels
+the cluster has and creates them (:meth:`Lookupds.precreate_channels`, as
+Go's nsqd/nsqd.go ``GetTopic``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from nsq import NSQ_VERSION
 from nsq.protocol.errors import ClientError
+from nsq.protocol.names import is_valid_channel_name
 from nsq.protocol.lookupd import (
     MAGIC_V1,
     V1ClientParser,
@@ -30,7 +35,9 @@ from nsq.protocol.lookupd import (
 from nsq._internal.addresses import fmt_addr, split_host_port
 
 if TYPE_CHECKING:
+    from nsq.client.lookupd import LookupdHTTPClient
     from nsq.server.nsqd.nsqd import NSQD
+    from nsq.server.nsqd.topic import Topic
 
 __all__ = ["LookupPeer", "Lookupds"]
 
@@ -167,7 +174,7 @@ class LookupPeer:
         self._pending.clear()
         self.connected = True
         self._identified = True
-        commands = nsqd.registrations()
+        commands = nsqd.lookupds.registrations()
         for cmd in commands:
             log.info("LOOKUPD(%s): %s", self.address, cmd.decode().strip())
             await self._command(reader, writer, parser, cmd)
@@ -226,11 +233,25 @@ class LookupPeer:
 
 
 class Lookupds:
-    """The set of :class:`LookupPeer` of one nsqd."""
+    """The set of :class:`LookupPeer` of one nsqd, and the HTTP client that
+    asks them for a new topic's channels."""
 
     def __init__(self, nsqd: NSQD) -> None:
         self.nsqd = nsqd
         self.peers: dict[str, LookupPeer] = {}
+        #: for :meth:`precreate_channels`, made at its first query
+        self._http: LookupdHTTPClient | None = None
+
+    def registrations(self) -> list[bytes]:
+        """REGISTER commands for everything this nsqd has (sent at each lookupd
+        connect): a topic with no channel alone, else each of its channels."""
+        out = []
+        for topic in self.nsqd.topics.values():
+            if not topic.channels:
+                out.append(encode_register(topic.name))
+            for channel in topic.channels.values():
+                out.append(encode_register(topic.name, channel.name))
+        return out
 
     def set_addresses(self, addresses: list[str]) -> None:
         """Connect to new addresses, drop peers no longer listed (Go's
@@ -262,6 +283,50 @@ class Lookupds:
     def http_addresses(self) -> list[str]:
         """The HTTP addresses of the connected lookupds (Go's lookupdHTTPAddrs)."""
         return [a for a in (p.http_address for p in self.peers.values()) if a]
+
+    def precreate_channels(self, topic: Topic) -> None:
+        """Go's GetTopic with lookupd: ask the lookupds for the topic's
+        channels and create them before messages flow, so every channel
+        of the cluster gets the first messages. Meanwhile the topic holds
+        what is published (``topic.starting``)."""
+        addrs = self.http_addresses()
+        if not addrs:
+            if self.nsqd.options.nsqlookupd_tcp_addresses:
+                log.error("no available nsqlookupd to query for channels to pre-create for topic %s", topic.name)
+            return
+        topic.starting = True
+        self.nsqd.run_in_background(self._query_channels(topic, addrs))
+
+    async def _query_channels(self, topic: Topic, addrs: list[str]) -> None:
+        """Create the channels ``addrs`` (lookupd HTTP ``host:port``) list for
+        ``topic`` (unless it was deleted meanwhile), then release what it held.
+        Query errors are logged, never raised."""
+        try:
+            client = self._http
+            if client is None:
+                from nsq.client.lookupd import LookupdHTTPClient
+
+                opts = self.nsqd.options
+                client = self._http = LookupdHTTPClient(opts.http_client_connect_timeout,
+                                                        opts.http_client_request_timeout,
+                                                        user_agent=f"nsqd/{NSQ_VERSION}")
+            names, errors = await client.channels_all(addrs, topic.name)
+            for err in errors:
+                log.warning("failed to query nsqlookupd for channels to pre-create for topic %s - %s",
+                            topic.name, err)
+            if not topic.deleted:
+                for name in names:
+                    if not name.endswith("#ephemeral") and is_valid_channel_name(name):
+                        topic.get_channel(name)
+        finally:
+            topic.starting = False
+            topic.flush_held()
+
+    async def close_http(self) -> None:
+        """Close the HTTP client of :meth:`precreate_channels` (at exit, after
+        the daemon's background queries were cancelled)."""
+        if self._http is not None:
+            await self._http.close()
 
     async def close(self) -> None:
         """Disconnect from every lookupd."""

@@ -6,10 +6,13 @@ Format as Go nsqd 1.2 writes it (nsqd/nsqd.go ``PersistMetadata``; keys sorted):
 
 Ephemeral topics and channels are not written. The file is written to a
 temporary file in the same directory, fsynced, then renamed over the old one.
+:class:`MetadataStore` is the daemon's side: it loads the file at start and
+rewrites it as topics and channels come and go.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -23,11 +26,121 @@ from nsq.server.nsqd.atomicfile import replace_atomically
 if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD
 
-__all__ = ["METADATA_FILE", "dump_metadata", "write_metadata", "read_metadata", "orphan_queues"]
+__all__ = ["METADATA_FILE", "METADATA_DELAY", "MetadataStore", "dump_metadata", "write_metadata", "read_metadata",
+           "orphan_queues"]
 
 log = logging.getLogger("nsq.nsqd")
 
 METADATA_FILE = "nsqd.dat"
+
+#: s: topic/channel creates and deletes within this window share one
+#: nsqd.dat write (Go persists them asynchronously too, from Notify)
+METADATA_DELAY = 0.05
+
+
+class MetadataStore:
+    """One nsqd's ``nsqd.dat``: read at start, rewritten after changes.
+
+    Go: nsqd/nsqd.go ``LoadMetadata`` and ``PersistMetadata`` (the latter
+    from ``Notify`` as topics and channels come and go, and at exit).
+    :class:`~nsq.server.nsqd.nsqd.NSQD` owns one (``nsqd.metadata``) and
+    keeps ``persist_metadata`` / ``persist_metadata_soon`` for its callers.
+
+    Args:
+        nsqd: the daemon; its ``data_path``, ``topics`` and ``get_topic``
+            are used ("" data path: nothing is read or written).
+
+    Attributes:
+        timer: the pending :meth:`persist_soon` write, or None.
+        loading: True while :meth:`load` runs: nothing is written, and the
+            topics it creates do not ask lookupd for their channels.
+        loaded: True once the file was read (the daemon sets it after
+            :meth:`load`); nothing is written before.
+        failed: the last write raised OSError; the daemon's scan retries
+            every ``--sync-timeout`` and exit retries after freeing the
+            reserve.
+    """
+
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        self.timer: asyncio.TimerHandle | None = None
+        self.loading = False
+        self.loaded = False
+        self.failed = False  # nsqd.dat could not be written: retry
+
+    def persist_soon(self) -> None:
+        """Write ``nsqd.dat`` within :data:`METADATA_DELAY` s, once for every
+        change made meanwhile (creating 10,000 topics must not rewrite a
+        growing file 10,000 times); at once when no loop runs."""
+        if self.timer is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.persist()
+            return
+        self.timer = loop.call_later(METADATA_DELAY, self.persist)
+
+    def persist(self) -> None:
+        """Write ``nsqd.dat`` now (no-op without a data path or while loading).
+
+        An OSError is logged once and sets :attr:`failed`, never raised.
+        """
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        nsqd = self.nsqd
+        if not nsqd.data_path or self.loading or not self.loaded:
+            # never overwrite nsqd.dat before it was read (a failed start, or
+            # a data path another nsqd holds)
+            return
+        try:
+            write_metadata(nsqd.data_path, dump_metadata(nsqd))
+        except OSError as exc:
+            # the old file stays; the scan retries every --sync-timeout, and
+            # a start finds queues missing from it (orphan_queues)
+            if not self.failed:
+                log.error("failed to persist metadata - %s", exc)
+            self.failed = True
+            return
+        if self.failed:
+            log.info("metadata persisted again")
+            self.failed = False
+
+    def load(self) -> None:
+        """Create the topics and channels of ``nsqd.dat`` (paused as it says),
+        and those with messages on disk but missing from it
+        (:func:`orphan_queues`), then let held messages flow.
+
+        Raises:
+            ValueError: the file is not valid metadata (:func:`read_metadata`).
+            OSError: it cannot be read, or a queue cannot be opened.
+        """
+        nsqd = self.nsqd
+        self.loading = True
+        known: set[str] = set()
+        try:
+            for t in read_metadata(nsqd.data_path):
+                topic = nsqd.get_topic(t["name"])
+                topic.paused = t["paused"]
+                known.add(topic.name)
+                for c in t["channels"]:
+                    channel = topic.get_channel(c["name"])
+                    channel.paused = c["paused"]
+                    known.add(f"{topic.name}:{channel.name}")
+            orphans = orphan_queues(nsqd.data_path, known)
+            for name in orphans:
+                log.warning("QUEUE(%s): has messages on disk but is not in nsqd.dat, restoring it", name)
+                topic_name, _, channel_name = name.partition(":")
+                topic = nsqd.get_topic(topic_name)
+                if channel_name:
+                    topic.get_channel(channel_name)
+        finally:
+            self.loading = False
+        if orphans:
+            self.persist_soon()
+        for topic in nsqd.topics.values():
+            topic.flush_held()
 
 
 def dump_metadata(nsqd: NSQD) -> dict[str, Any]:

@@ -16,8 +16,6 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from nsq import NSQ_VERSION
-from nsq.protocol.names import is_valid_channel_name
 from nsq.protocol.v2 import Limits
 from nsq._internal.addresses import fmt_addr as _fmt_addr
 from nsq._internal.addresses import split_host_port
@@ -27,6 +25,7 @@ from nsq.server.nsqd.datapath import DataPath
 from nsq.server.nsqd.drain import DrainController
 from nsq.server.nsqd.deadletter import ChannelSettings
 from nsq.server.nsqd.lookup import Lookupds
+from nsq.server.nsqd.metadata import MetadataStore
 from nsq.server.nsqd.options import ConfigError, NSQDOptions, validate
 from nsq.server.nsqd.output import Output
 from nsq.server.nsqd.topic import Topic
@@ -35,7 +34,6 @@ from nsq.server.spin import Spinner
 if TYPE_CHECKING:
     import aiohttp
 
-    from nsq.client.lookupd import LookupdHTTPClient
     from nsq.server.nsqd.channel import Channel
     from nsq.server.nsqd.client_v2 import ClientV2
     from nsq.server.nsqd.deferredlog import DeferredLog
@@ -82,7 +80,6 @@ class NSQD:
         self.output = Output()
         #: --spin-before-sleep: keeps the loop polling after each read (None: off)
         self.spinner: Spinner | None = None
-        self._metadata_timer: asyncio.TimerHandle | None = None
         #: channels with in-flight or deferred deadlines (the scan visits only these)
         self._armed: set[Channel] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -111,15 +108,13 @@ class NSQD:
         self.data_path = self.options.data_path
         #: the data path's lock, disk queues, disk thread, exit reserve
         self.disk = DataPath(self.data_path, self.options, self.set_health, lambda: self.health == "OK")
-        self._loading = False
-        self._metadata_failed = False  # nsqd.dat could not be written: retry
+        #: nsqd.dat: loaded at start, rewritten as topics and channels change
+        self.metadata = MetadataStore(self)
         #: per-channel overrides (max_attempts), beside nsqd.dat
         self.settings = ChannelSettings(self.data_path)
         #: connections to the nsqlookupds (--lookupd-tcp-address)
         self.lookupds = Lookupds(self)
-        self._lookupd_http: LookupdHTTPClient | None = None
         self._auth_session: aiohttp.ClientSession | None = None
-        self._metadata_loaded = False
         self._background: set[asyncio.Task[None]] = set()
         #: the --statsd-address push (None when off)
         self.statsd: StatsdPusher | None = None
@@ -179,8 +174,8 @@ class NSQD:
                 self.https_host, self.https_port = await http.bind(self.options.https_address, self.tls_context)
             if self.data_path:
                 self.disk.open()
-                self._load_metadata()
-                self._metadata_loaded = True
+                self.metadata.load()
+                self.metadata.loaded = True
         except BaseException:
             self._tcp_server.close()
             await http.stop()
@@ -263,8 +258,7 @@ class NSQD:
         for task in list(self._background):
             if task is not current:
                 task.cancel()
-        if self._lookupd_http is not None:
-            await self._lookupd_http.close()
+        await self.lookupds.close_http()
         if self._auth_session is not None:
             await self._auth_session.close()
             self._auth_session = None
@@ -279,7 +273,7 @@ class NSQD:
                 topic.close(delete=False)
             except Exception:
                 log.exception("TOPIC(%s): failed to close cleanly", topic.name)
-        if self._metadata_failed and self.disk.release_reserve():
+        if self.metadata.failed and self.disk.release_reserve():
             self.persist_metadata()
         self.disk.close()
         if self._scan_task is not None:
@@ -328,8 +322,8 @@ class NSQD:
             log.info("TOPIC(%s): created", name)
             if not topic.ephemeral:
                 self.persist_metadata_soon()
-            if not self._loading:
-                self._precreate_channels(topic)
+            if not self.metadata.loading:
+                self.lookupds.precreate_channels(topic)
             self.lookupds.register(name)
         return topic
 
@@ -388,129 +382,21 @@ class NSQD:
 
     # -- lookupd -----------------------------------------------------------------
 
-    def registrations(self) -> list[bytes]:
-        """REGISTER commands for everything this nsqd has (sent at each lookupd
-        connect): a topic with no channel alone, else each of its channels."""
-        from nsq.protocol.lookupd import encode_register
-
-        out = []
-        for topic in self.topics.values():
-            if not topic.channels:
-                out.append(encode_register(topic.name))
-            for channel in topic.channels.values():
-                out.append(encode_register(topic.name, channel.name))
-        return out
-
     def set_lookupd_addresses(self, addresses: list[str]) -> None:
         """Replace the lookupd TCP addresses (``PUT /config/nsqlookupd_tcp_addresses``)."""
         self.options.nsqlookupd_tcp_addresses = list(addresses)
         if self._loop is not None and not self.exiting:
             self.lookupds.set_addresses(addresses)
 
-    def _precreate_channels(self, topic: Topic) -> None:
-        """Go's GetTopic with lookupd: ask the lookupds for the topic's
-        channels and create them before messages flow, so every channel
-        of the cluster gets the first messages. Meanwhile the topic holds
-        what is published (``topic.starting``)."""
-        addrs = self.lookupds.http_addresses()
-        if not addrs:
-            if self.options.nsqlookupd_tcp_addresses:
-                log.error("no available nsqlookupd to query for channels to pre-create for topic %s", topic.name)
-            return
-        topic.starting = True
-        self.run_in_background(self._query_channels(topic, addrs))
-
-    async def _query_channels(self, topic: Topic, addrs: list[str]) -> None:
-        try:
-            client = self._lookupd_http
-            if client is None:
-                from nsq.client.lookupd import LookupdHTTPClient
-
-                client = self._lookupd_http = LookupdHTTPClient(self.options.http_client_connect_timeout,
-                                                                self.options.http_client_request_timeout,
-                                                                user_agent=f"nsqd/{NSQ_VERSION}")
-            names, errors = await client.channels_all(addrs, topic.name)
-            for err in errors:
-                log.warning("failed to query nsqlookupd for channels to pre-create for topic %s - %s",
-                            topic.name, err)
-            if not topic.deleted:
-                for name in names:
-                    if not name.endswith("#ephemeral") and is_valid_channel_name(name):
-                        topic.get_channel(name)
-        finally:
-            topic.starting = False
-            topic.flush_held()
-
     # -- metadata and health -----------------------------------------------------
 
-    #: s: topic/channel creates and deletes within this window share one
-    #: nsqd.dat write (Go persists them asynchronously too, from Notify)
-    METADATA_DELAY = 0.05
-
     def persist_metadata_soon(self) -> None:
-        """Write ``nsqd.dat`` within :attr:`METADATA_DELAY` s, once for every
-        change made meanwhile (creating 10,000 topics must not rewrite a
-        growing file 10,000 times); at once when no loop runs."""
-        if self._metadata_timer is not None:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.persist_metadata()
-            return
-        self._metadata_timer = loop.call_later(self.METADATA_DELAY, self.persist_metadata)
+        """Write ``nsqd.dat`` soon, once for many changes (:meth:`MetadataStore.persist_soon`)."""
+        self.metadata.persist_soon()
 
     def persist_metadata(self) -> None:
-        """Write ``nsqd.dat`` now (no-op without a data path or while loading)."""
-        if self._metadata_timer is not None:
-            self._metadata_timer.cancel()
-            self._metadata_timer = None
-        if not self.data_path or self._loading or not self._metadata_loaded:
-            # never overwrite nsqd.dat before it was read (a failed start, or
-            # a data path another nsqd holds)
-            return
-        from nsq.server.nsqd.metadata import dump_metadata, write_metadata
-
-        try:
-            write_metadata(self.data_path, dump_metadata(self))
-        except OSError as exc:
-            # the old file stays; the scan retries every --sync-timeout, and
-            # a start finds queues missing from it (metadata.orphan_queues)
-            if not self._metadata_failed:
-                log.error("failed to persist metadata - %s", exc)
-            self._metadata_failed = True
-            return
-        if self._metadata_failed:
-            log.info("metadata persisted again")
-            self._metadata_failed = False
-
-    def _load_metadata(self) -> None:
-        from nsq.server.nsqd.metadata import orphan_queues, read_metadata
-
-        self._loading = True
-        known: set[str] = set()
-        try:
-            for t in read_metadata(self.data_path):
-                topic = self.get_topic(t["name"])
-                topic.paused = t["paused"]
-                known.add(topic.name)
-                for c in t["channels"]:
-                    channel = topic.get_channel(c["name"])
-                    channel.paused = c["paused"]
-                    known.add(f"{topic.name}:{channel.name}")
-            orphans = orphan_queues(self.data_path, known)
-            for name in orphans:
-                log.warning("QUEUE(%s): has messages on disk but is not in nsqd.dat, restoring it", name)
-                topic_name, _, channel_name = name.partition(":")
-                topic = self.get_topic(topic_name)
-                if channel_name:
-                    topic.get_channel(channel_name)
-        finally:
-            self._loading = False
-        if orphans:
-            self.persist_metadata_soon()
-        for topic in self.topics.values():
-            topic.flush_held()
+        """Write ``nsqd.dat`` now (:meth:`MetadataStore.persist`)."""
+        self.metadata.persist()
 
     def set_health(self, error: str | None) -> None:
         """Record an error (``/ping`` answers ``NOK - error``) or None for OK."""
@@ -568,7 +454,7 @@ class NSQD:
                 self.disk.sync_queues()
                 if self.disk.wal:
                     self.checkpoint_logs()
-                if self._metadata_failed:
+                if self.metadata.failed:
                     self.persist_metadata()
                 if self.health != "OK" and self.data_path:
                     self.disk.probe()
