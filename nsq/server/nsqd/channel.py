@@ -20,25 +20,12 @@ from typing import TYPE_CHECKING
 from nsq.protocol.errors import NSQError
 from nsq.protocol.message import encode_message
 from nsq.protocol.names import is_ephemeral
+from nsq.server.nsqd import channel_admin
 from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
 from nsq.server.nsqd.cursor import ChannelCursor
-from nsq.server.nsqd.deadletter import dead_letter_topic
-from nsq.server.nsqd.message import (
-    ATTEMPTS,
-    BODY,
-    CLIENT,
-    DEADLINE,
-    DELIVERED,
-    ID,
-    NO_OFFSET,
-    OFFSET,
-    TIMESTAMP,
-    Entry,
-    Message,
-    decode_entries,
-    encode_entries,
-    entry,
-)
+from nsq.server.nsqd.deadletter import dead_letter, dead_letter_topic
+from nsq.server.nsqd.message import (ATTEMPTS, CLIENT, DEADLINE, DELIVERED, OFFSET, TIMESTAMP, Entry, Message,
+                                     decode_entries, encode_entries, entry)
 from nsq.server.nsqd.quantile import WindowedQuantile
 
 if TYPE_CHECKING:
@@ -120,7 +107,7 @@ class Channel:
             # their messages from the topic log again
             self.wal.attach_deferred(self.deferred_log)
         elif self.deferred_log is not None:
-            self._load_deferred()
+            channel_admin.load_deferred(self)
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
@@ -304,17 +291,6 @@ class Channel:
         heapq.heappush(self._deferred_pq, item)
         if not self.armed:
             self.nsqd.arm_timers(self)
-
-    def _load_deferred(self) -> None:
-        """Re-arm deferred messages found on disk at their original due time."""
-        dlog = self.deferred_log
-        assert dlog is not None  # called only for a channel with a deferred log
-        now_mono, now_unix = time.monotonic(), time.time_ns()
-        for msg_id, (due_unix, ts, attempts, body) in list(dlog.pending.items()):
-            self._defer((msg_id, body, ts, attempts, 0, NO_OFFSET), now_mono + (due_unix - now_unix) / 1e9,
-                        persist=False)
-        if self.deferred:
-            log.info("CHANNEL(%s:%s): %d deferred messages restored", self.topic.name, self.name, len(self.deferred))
 
     # -- delivery ------------------------------------------------------------
 
@@ -535,37 +511,11 @@ class Channel:
         """Where this channel's dead letters go (None: no valid name)."""
         return dead_letter_topic(self.nsqd.options.dead_letter_topic, self.topic.name, self.name)
 
-    def _dead_letter(self, msg: Message) -> bool:
-        """Publish ``msg`` (attempts 0) to the dead-letter topic; False if it
-        cannot go there (the caller requeues it: nothing is dropped)."""
-        name = self.dead_letter_topic
-        if name is None:
-            if not self._dead_letter_warned:
-                self._dead_letter_warned = True
-                log.error("CHANNEL(%s:%s): dead-letter topic %r is not a valid topic name; requeueing instead",
-                          self.topic.name, self.name, self.nsqd.options.dead_letter_topic)
-            return False
-        try:
-            self.nsqd.get_topic(name).put_entries([(msg[ID], msg[BODY], msg[TIMESTAMP], 0, 0, NO_OFFSET)])
-        except NSQError as exc:
-            log.error("CHANNEL(%s:%s): failed to dead-letter %s to %s, requeueing - %s",
-                      self.topic.name, self.name, msg[ID].decode("latin-1"), name, exc)
-            return False
-        self.dead_letter_count += 1
-        if self.wal is not None:
-            self.wal.finish((msg[OFFSET],))  # done here: it lives on in the dead-letter topic
-        return True
+    #: ``_dead_letter(msg) -> bool``: :func:`~nsq.server.nsqd.deadletter.dead_letter`
+    #: itself, not a wrapper (no extra call on REQ and timeout)
+    _dead_letter = dead_letter
 
-    def peek(self, n: int) -> list[Entry]:
-        """The next ``n`` messages this channel would deliver, memory first,
-        then disk, without changing anything (depth, counters, positions)."""
-        out = list(itertools.islice(self.queue, n))
-        if len(out) < n and self.backend.depth:
-            if self.wal is not None:
-                out += self.wal.peek_entries(n - len(out))
-            else:
-                out += decode_entries(self.backend.peek(n - len(out)))
-        return out
+    peek = channel_admin.peek
 
     # -- timers --------------------------------------------------------------
 
@@ -627,140 +577,15 @@ class Channel:
             log.info("CHANNEL(%s): ephemeral channel has no clients, deleting", self.name)
             self.topic.delete_channel(self.name)
 
-    # -- admin ---------------------------------------------------------------
+    # -- admin and lifecycle -------------------------------------------------
+    # the functions of channel_admin.py, taking the channel as ``self``: the
+    # same objects, so a call costs what a method defined here would
 
-    def pause(self) -> None:
-        """Stop delivering to clients (messages keep queueing); persisted."""
-        self.paused = True
-        self.nsqd.persist_metadata()
-
-    def unpause(self) -> None:
-        """Resume delivery; persisted."""
-        self.paused = False
-        self.nsqd.persist_metadata()
-        self.pump()
-
-    def empty(self) -> None:
-        """Drop every queued, in-flight and deferred message (as Go's Empty)."""
-        self.queue.clear()
-        self.backend.empty()
-        for client in self.clients.values():
-            client.in_flight_count = 0
-        self.in_flight.clear()
-        self._in_flight_pq.clear()
-        self._pq_refs = 0
-        self.deferred.clear()
-        self._deferred_pq.clear()
-        self._unlogged.clear()
-        if self.deferred_log is not None:
-            self.deferred_log.clear()
-        for client in self.clients.values():
-            self.client_ready(client)
-
-    def flush(self) -> int:
-        """Write memory, in-flight and deferred messages to the backend (exit).
-
-        In-flight messages keep their attempts. Returns how many were written.
-        In a topic log nothing is written but the channel's checkpoint
-        (:meth:`wal_attempts` goes into it): every message it has not
-        finished is in the log already.
-        """
-        if self.wal is not None:
-            count = len(self.queue) + len(self.in_flight) + len(self.deferred)
-            self.topic.write_checkpoint(self, self.wal_attempts())
-            self.queue.clear()
-            self.in_flight.clear()
-            self.deferred.clear()
-            self._in_flight_pq.clear()
-            self._deferred_pq.clear()
-            return count
-        msgs = list(self.queue)
-        msgs += map(entry, sorted(self.in_flight.values(), key=lambda m: m[DEADLINE]))
-        if self.deferred_log is None:
-            # as Go: deferred messages go to the disk queue (losing their delay)
-            msgs += [item[2] for item in sorted(self.deferred.values())]
-        elif self._unlogged:
-            # the rest are in the deferred log with their due times; these
-            # could not be recorded there (a full disk)
-            msgs += [item[2] for item in sorted(self.deferred.values()) if item[2][0] in self._unlogged]
-            self._unlogged.clear()
-        if msgs and self.backend.accepts_overflow and not self.ephemeral:
-            log.info("CHANNEL(%s): flushing %d memory %d in-flight %d deferred messages to backend",
-                     self.name, len(self.queue), len(self.in_flight), len(self.deferred))
-            self.nsqd.write_at_exit(self.backend, encode_entries(msgs), f"CHANNEL({self.topic.name}:{self.name})")
-        self.queue.clear()
-        self.in_flight.clear()
-        self.deferred.clear()
-        self._in_flight_pq.clear()
-        self._deferred_pq.clear()
-        return len(msgs)
-
-    def rewind(self, offset: int) -> int:
-        """Topic log: deliver again every message from ``offset`` on (the
-        caller checked it is retained). Messages queued in memory from there
-        on are read from the log again; ones in flight may come twice.
-        Returns how many messages that puts back (the depth added)."""
-        wal = self.wal
-        assert wal is not None
-        before = self.depth
-        if any(e[5] >= offset for e in self.queue):
-            self.queue = deque(e for e in self.queue if e[5] < offset)
-        wal.rewind(offset)
-        count = max(0, self.depth - before)
-        if self._ready and not self.paused:
-            self.pump()
-        return count
-
-    def commit(self, offset: int) -> None:
-        """Topic log: every message below ``offset`` is finished (queued ones
-        are dropped); the channel reads on from there."""
-        wal = self.wal
-        assert wal is not None
-        if any(e[5] < offset for e in self.queue):
-            self.queue = deque(e for e in self.queue if e[5] >= offset)
-        for msg_id in [i for i, item in self.deferred.items() if 0 <= item[2][5] < offset]:
-            del self.deferred[msg_id]  # the heap drops it lazily
-            if self.deferred_log is not None:
-                self.deferred_log.remove(msg_id)
-        wal.commit(offset)
-
-    def wal_attempts(self) -> dict[int, int]:
-        """``{offset: deliveries so far}`` of the messages taken from the
-        topic log and not finished that were delivered at least once."""
-        out = {}
-        for e in self.queue:
-            if e[3] and e[5] >= 0:
-                out[e[5]] = e[3]
-        for msg in self.in_flight.values():
-            if msg[OFFSET] >= 0:
-                out[msg[OFFSET]] = msg[ATTEMPTS]
-        for item in self.deferred.values():
-            e = item[2]
-            if e[3] and e[5] >= 0:
-                out[e[5]] = e[3]
-        return out
-
-    def close(self, delete: bool) -> None:
-        """Close every subscribed client; with ``delete``, drop storage too,
-        otherwise flush what is in memory to the backend and close it."""
-        self.deleted = True
-        self.nsqd.forget_backend(self.backend)
-        for client in list(self.clients.values()):
-            client.close()
-        self.clients.clear()
-        self._ready.clear()
-        dlog = self.deferred_log
-        if dlog is not None:
-            self.nsqd.forget_backend(dlog)
-        if delete:
-            self.empty()
-            self.backend.delete()
-            if dlog is not None:
-                dlog.delete()
-        else:
-            try:
-                self.flush()
-            finally:
-                self.backend.close()
-                if dlog is not None:
-                    dlog.close()
+    pause = channel_admin.pause
+    unpause = channel_admin.unpause
+    empty = channel_admin.empty
+    flush = channel_admin.flush
+    rewind = channel_admin.rewind
+    commit = channel_admin.commit
+    wal_attempts = channel_admin.wal_attempts
+    close = channel_admin.close

@@ -8,7 +8,8 @@ delivered N times on a channel and is then requeued (REQ, with or without a
 delay) or times out is published to the channel's dead-letter topic instead
 (id, body and timestamp kept, attempts 0) and leaves the channel. If that
 topic cannot take it (an invalid name, a full disk) it is requeued as
-without the feature: nothing is dropped.
+without the feature: nothing is dropped (:func:`dead_letter`, which
+``Channel.requeue`` and the channel's timeout scan call).
 
 Settings a channel overrides (``POST /channel/config``) are kept in
 ``<data-path>/nsqd.channels.json`` (``{"t:c": {"max_attempts": N}}``) beside
@@ -20,12 +21,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from nsq.protocol.errors import NSQError
 from nsq.protocol.names import is_valid_topic_name
 from nsq.server.nsqd.atomicfile import replace_atomically
+from nsq.server.nsqd.message import BODY, ID, NO_OFFSET, OFFSET, TIMESTAMP, Message
 
-__all__ = ["dead_letter_topic", "ChannelSettings", "SETTINGS_FILE", "EPHEMERAL"]
+if TYPE_CHECKING:
+    from nsq.server.nsqd.channel import Channel
+
+__all__ = ["dead_letter_topic", "dead_letter", "ChannelSettings", "SETTINGS_FILE", "EPHEMERAL"]
 
 log = logging.getLogger("nsq.nsqd")
 
@@ -52,6 +58,37 @@ def dead_letter_topic(template: str, topic: str, channel: str) -> str | None:
     if not is_valid_topic_name(name) or name == topic:
         return None
     return name
+
+
+def dead_letter(channel: Channel, msg: Message) -> bool:
+    """Publish ``msg``, just taken out of flight, to the channel's
+    dead-letter topic (id, body and timestamp kept, attempts 0).
+
+    Counted in ``channel.dead_letter_count``; in a topic log it is finished
+    for the channel. ``Channel._dead_letter`` is this function.
+
+    Returns:
+        True if it went there; False if it cannot (an invalid topic name,
+        logged once per channel; a refused publish, e.g. a full disk,
+        logged): the caller requeues it, nothing is dropped.
+    """
+    name = channel.dead_letter_topic
+    if name is None:
+        if not channel._dead_letter_warned:
+            channel._dead_letter_warned = True
+            log.error("CHANNEL(%s:%s): dead-letter topic %r is not a valid topic name; requeueing instead",
+                      channel.topic.name, channel.name, channel.nsqd.options.dead_letter_topic)
+        return False
+    try:
+        channel.nsqd.get_topic(name).put_entries([(msg[ID], msg[BODY], msg[TIMESTAMP], 0, 0, NO_OFFSET)])
+    except NSQError as exc:
+        log.error("CHANNEL(%s:%s): failed to dead-letter %s to %s, requeueing - %s",
+                  channel.topic.name, channel.name, msg[ID].decode("latin-1"), name, exc)
+        return False
+    channel.dead_letter_count += 1
+    if channel.wal is not None:
+        channel.wal.finish((msg[OFFSET],))  # done here: it lives on in the dead-letter topic
+    return True
 
 
 class ChannelSettings:
