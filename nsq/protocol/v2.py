@@ -59,27 +59,10 @@ from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
 _Handled = tuple[tuple[Any, ...] | None, int]
 
 __all__ = [
-    "Limits",
-    "V2ServerParser",
-    "MAX_LINE_LENGTH",
-    "LINE_TOO_LONG",
-    "STATE_INIT",
-    "STATE_SUBSCRIBED",
-    "STATE_CLOSING",
-    "CMD_IDENTIFY",
-    "CMD_AUTH",
-    "CMD_SUB",
-    "CMD_PUB",
-    "CMD_MPUB",
-    "CMD_DPUB",
-    "CMD_RDY",
-    "CMD_FIN",
-    "CMD_FIN_MANY",
-    "CMD_REQ",
-    "CMD_TOUCH",
-    "CMD_CLS",
-    "CMD_NOP",
-    "go_quote",
+    "Limits", "V2ServerParser", "MAX_LINE_LENGTH", "LINE_TOO_LONG", "go_quote",
+    "STATE_INIT", "STATE_SUBSCRIBED", "STATE_CLOSING",
+    "CMD_IDENTIFY", "CMD_AUTH", "CMD_SUB", "CMD_PUB", "CMD_MPUB", "CMD_DPUB", "CMD_RDY", "CMD_FIN",
+    "CMD_FIN_MANY", "CMD_REQ", "CMD_TOUCH", "CMD_CLS", "CMD_NOP",
 ]
 
 # client states, numbered as Go's clientV2 states (shown in /stats "state")
