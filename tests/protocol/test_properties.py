@@ -205,23 +205,30 @@ def test_arbitrary_bytes_raise_only_client_error(data, with_magic, cuts, limits)
 # two FINs in one read are one FIN-many command, in two reads two FINs
 @example(data=b"NOP\nSUB - -\n" + (b"FIN " + bytes(16) + b"\n") * 2, cuts=[37], limits=Limits())
 def test_arbitrary_bytes_same_outcome_whatever_the_chunking(data, cuts, limits):
-    def run(chunks):
-        parser = V2ServerParser(limits)
-        out = []
-        try:
-            for chunk in chunks:
-                parser.feed(chunk)
-                while (cmd := parser.next_command()) is not None:
-                    if cmd[0] == CMD_FIN_MANY:  # FINs that arrived together: the same as one each
-                        out += [(CMD_FIN, i) for i in cmd[1]]
-                    else:
-                        out.append(cmd)
-        except ClientError as err:
-            return out, err.wire_text()
-        return out, None
-
     stream = MAGIC_V2 + data
-    assert run(chunked(stream, cuts)) == run([stream])
+    assert parse_reads(chunked(stream, cuts), limits) == parse_reads([stream], limits)
+
+
+def parse_reads(chunks: list[bytes], limits: Limits, take: bool = False) -> tuple[list[tuple], str | None]:
+    """The commands (FIN-many as one FIN each) and the error a server gets
+    from these reads; ``take``: each read tried with take_publish first."""
+    parser = V2ServerParser(limits)
+    out: list[tuple] = []
+    try:
+        for chunk in chunks:
+            cmd = parser.take_publish(chunk) if take else None
+            if cmd is not None:
+                out.append(cmd)
+                continue
+            parser.feed(chunk)
+            while (cmd := parser.next_command()) is not None:
+                if cmd[0] == CMD_FIN_MANY:  # FINs that arrived together: the same as one each
+                    out += [(CMD_FIN, i) for i in cmd[1]]
+                else:
+                    out.append(cmd)
+    except ClientError as err:
+        return out, err.wire_text()
+    return out, None
 
 
 @SETTINGS
@@ -232,27 +239,8 @@ def test_arbitrary_bytes_same_outcome_whatever_the_chunking(data, cuts, limits):
 def test_take_publish_then_feed_is_the_general_path(data, cuts, limits):
     """A server that tries :meth:`take_publish` on each read before feeding
     it gets the same commands and the same error as one that only feeds."""
-    def run(chunks, take):
-        parser = V2ServerParser(limits)
-        out = []
-        try:
-            for chunk in chunks:
-                cmd = parser.take_publish(chunk) if take else None
-                if cmd is not None:
-                    out.append(cmd)
-                    continue
-                parser.feed(chunk)
-                while (cmd := parser.next_command()) is not None:
-                    if cmd[0] == CMD_FIN_MANY:
-                        out += [(CMD_FIN, i) for i in cmd[1]]
-                    else:
-                        out.append(cmd)
-        except ClientError as err:
-            return out, err.wire_text()
-        return out, None
-
     chunks = list(chunked(MAGIC_V2 + data, cuts))
-    assert run(chunks, take=True) == run(chunks, take=False)
+    assert parse_reads(chunks, limits, take=True) == parse_reads(chunks, limits)
 
 
 # -- (c) FrameReader on arbitrary bytes ---------------------------------------------
