@@ -401,6 +401,15 @@ class Cluster:
                 raise AssertionError(f"lookupds list {seen} for {topic}, want {want}")
             time.sleep(0.1)
 
+    async def wait_consumers(self, consumer: Any, topic: str, channel: str, timeout: float = 15) -> None:
+        """Wait until ``consumer`` (a ``nsq.client.Consumer``) is connected to
+        every nsqd and every nsqd has a client on ``topic``/``channel`` (a
+        tool's consumer)."""
+        deadline = time.monotonic() + timeout
+        while len(consumer.connections) < len(self.nsqds) or not all(n.clients(topic, channel) for n in self.nsqds):
+            assert time.monotonic() < deadline, "consumers did not connect to every nsqd"
+            await asyncio.sleep(0.1)
+
     def diagnostics(self) -> str:
         """The last log lines of every daemon and client (for a failure)."""
         parts = []

@@ -103,8 +103,7 @@ async def test_lookupd_partition(make_cluster, report):
                          f"delisted after {delisted_at:.1f} s" if delisted_at is not None else "never delisted"))
         assert published.acked, f"nothing was acknowledged: {publisher.errors[:3]}"
         for s in (lib, tail_stream):
-            assert not s.lost(), f"{s.label}: {len(s.lost())} acknowledged messages never delivered"
-            assert gaps[s.label] <= MAX_GAP, f"{s.label}: a {gaps[s.label]:.1f} s gap in deliveries"
+            s.check(gaps[s.label], MAX_GAP)
         assert delisted_at is not None, "the cut-off lookupd still listed the nsqds after 30 s"
         assert relisted <= MAX_RELIST
     finally:

@@ -55,11 +55,8 @@ async def test_nsqd_sigstop(make_cluster, report):
     stop = asyncio.Event()
     try:
         await consumer.start()
-        deadline = time.monotonic() + 15
-        while len(consumer.connections) < 3 or not all(n.clients("hp", "tail") for n in cluster.nsqds):
-            assert time.monotonic() < deadline, "consumers did not connect to every nsqd"
-            await asyncio.sleep(0.1)
-        lines = b"".join(b"hp:%d\n" % i for i in range(1, PUB_LINES + 1))
+        await cluster.wait_consumers(consumer, "hp", "tail")
+        lines = pub_stream.numbered(PUB_LINES)
         pub = cluster.nsq(c0, "pub", "pub", "--topic=hp", *(f"--nsqd-tcp-address={a}" for a in cluster.nsqd_tcp),
                           f"--rate={int(RATE)}", "--producer-opt=heartbeat_interval,1s",
                           "--producer-opt=dial_timeout,2s", stdin=lines)
@@ -87,8 +84,7 @@ async def test_nsqd_sigstop(make_cluster, report):
         await load
         t_end = time.monotonic()
         if pub_status == 0:
-            for i in range(1, PUB_LINES + 1):
-                pub_stream.ack(b"hp:%d" % i)
+            pub_stream.ack_numbered(PUB_LINES)
         await rr.drain()
         for s in (rr_stream, pub_stream):
             await s.wait_delivered(20)
@@ -100,9 +96,7 @@ async def test_nsqd_sigstop(make_cluster, report):
         assert pub_status == 0, f"nsq pub failed ({pub_status}):\n{pub.stderr()}"
         assert noticed is not None and noticed <= 3.0, f"the consumer did not notice the hang ({noticed})"
         for s in (rr_stream, pub_stream):
-            assert s.acked, f"{s.label}: nothing was acknowledged"
-            assert not s.lost(), f"{s.label}: {len(s.lost())} acknowledged messages never delivered"
-            assert gaps[s.label] <= MAX_GAP, f"{s.label}: a {gaps[s.label]:.1f} s gap in deliveries"
+            s.check(gaps[s.label], MAX_GAP)
         assert back is not None and back <= MAX_BACK, f"consumers did not come back to the resumed nsqd ({back})"
     finally:
         stop.set()

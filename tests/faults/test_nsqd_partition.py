@@ -73,10 +73,7 @@ async def test_nsqd_partition(make_cluster, report):
     stop = asyncio.Event()
     try:
         await consumer.start()
-        deadline = time.monotonic() + 15
-        while len(consumer.connections) < 3 or not all(n.clients(topic, "tail") for n in cluster.nsqds):
-            assert time.monotonic() < deadline, "consumers did not connect to every nsqd"
-            await asyncio.sleep(0.1)
+        await cluster.wait_consumers(consumer, topic, "tail")
 
         load = asyncio.ensure_future(publisher.run(topic, published, RATE, stop))
         t_load = time.monotonic()
@@ -123,8 +120,7 @@ async def test_nsqd_partition(make_cluster, report):
         assert noticed is not None and noticed <= MAX_NOTICE, \
             f"the consumer did not notice the dead connection in {MAX_NOTICE} s (noticed: {noticed})"
         for s in (lib, tail_stream):
-            assert not s.lost(), f"{s.label}: {len(s.lost())} acknowledged messages never delivered"
-            assert gaps[s.label] <= MAX_GAP, f"{s.label}: a {gaps[s.label]:.1f} s gap in deliveries"
+            s.check(gaps[s.label], MAX_GAP)
         assert back is not None and back <= MAX_RECOVER, f"the consumer did not reconnect ({back})"
         assert tail_back is not None and tail_back <= MAX_RECOVER, f"nsq tail did not reconnect ({tail_back})"
         assert tail.proc.poll() is None, tail.stderr()

@@ -52,11 +52,8 @@ async def test_rolling_restart(make_cluster, report):
     stop = asyncio.Event()
     try:
         await consumer.start()
-        deadline = time.monotonic() + 15
-        while len(consumer.connections) < 3 or not all(n.clients("rp", "tail") for n in cluster.nsqds):
-            assert time.monotonic() < deadline, "consumers did not connect to every nsqd"
-            await asyncio.sleep(0.1)
-        lines = b"".join(b"rp:%d\n" % i for i in range(1, PUB_LINES + 1))
+        await cluster.wait_consumers(consumer, "rp", "tail")
+        lines = pub_stream.numbered(PUB_LINES)
         pub = cluster.nsq(c0, "pub", "pub", "--topic=rp", *(f"--nsqd-tcp-address={a}" for a in cluster.nsqd_tcp),
                           f"--rate={int(RATE)}", stdin=lines)
         load = asyncio.ensure_future(rr.run("rs", rr_stream, RATE, stop))
@@ -80,8 +77,7 @@ async def test_rolling_restart(make_cluster, report):
         await load
         t_end = time.monotonic()
         if pub_status == 0:
-            for i in range(1, PUB_LINES + 1):
-                pub_stream.ack(b"rp:%d" % i)
+            pub_stream.ack_numbered(PUB_LINES)
         await rr.drain()
         for s in (rr_stream, pub_stream):
             await s.wait_delivered(20)
@@ -92,9 +88,7 @@ async def test_rolling_restart(make_cluster, report):
         assert pub_status == 0, f"nsq pub failed ({pub_status}):\n{pub.stderr()}"
         assert exits == [0, 0, 0], f"nsqd exit statuses {exits}"
         for s in (rr_stream, pub_stream):
-            assert s.acked, f"{s.label}: nothing was acknowledged"
-            assert not s.lost(), f"{s.label}: {len(s.lost())} acknowledged messages never delivered"
-            assert gaps[s.label] <= MAX_GAP, f"{s.label}: a {gaps[s.label]:.1f} s gap in deliveries"
+            s.check(gaps[s.label], MAX_GAP)
         assert max(backs) <= MAX_BACK
     finally:
         stop.set()

@@ -96,6 +96,22 @@ class Stream:
         body = f"{self.name}:{self._seq}".encode()
         return body + b" " + b"x" * pad if pad else body
 
+    def numbered(self, count: int) -> bytes:
+        """Bodies ``name:1`` .. ``name:count``, one per line (a tool's stdin)."""
+        return b"".join(b"%s:%d\n" % (self.name.encode(), i) for i in range(1, count + 1))
+
+    def ack_numbered(self, count: int) -> None:
+        """:meth:`numbered`'s bodies were all acknowledged (the tool exited 0)."""
+        for i in range(1, count + 1):
+            self.ack(b"%s:%d" % (self.name.encode(), i))
+
+    def check(self, gap: float, max_gap: float) -> None:
+        """Assert that something was acknowledged, that every acknowledged
+        body was delivered, and that no gap in deliveries passed ``max_gap`` s."""
+        assert self.acked, f"{self.label}: nothing was acknowledged"
+        assert not self.lost(), f"{self.label}: {len(self.lost())} acknowledged messages never delivered"
+        assert gap <= max_gap, f"{self.label}: a {gap:.1f} s gap in deliveries"
+
     @staticmethod
     def key(body: bytes) -> bytes:
         """The ``name:seq`` part of a body."""
