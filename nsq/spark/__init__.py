@@ -51,8 +51,8 @@ _LAZY = {
     "ARCHIVE_SCHEMA": "nsq.spark.archive",
     "NSQArchiveDataSource": "nsq.spark.archive",
     "NSQDataSource": "nsq.spark.source",
-    "OFFSETS_SCHEMA": "nsq.spark.offsets",
-    "STREAM_SCHEMA": "nsq.spark.source",
+    "OFFSETS_SCHEMA": "nsq.spark.columns",
+    "STREAM_SCHEMA": "nsq.spark.columns",
 }
 
 

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField, StructType,
+                               TimestampType)
+
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 except ImportError:  # pragma: no cover - older pyspark: no read limits
@@ -22,7 +25,24 @@ except ImportError:  # pragma: no cover - older pyspark: no read limits
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]  # a stand-in mixin before 4.2
         pass
 
-__all__ = ["arrow_schema", "ReadAllAvailable", "ReadMaxRows", "SupportsTriggerAvailableNow"]
+__all__ = ["arrow_schema", "OFFSETS_SCHEMA", "OFFSETS_STRUCT", "ReadAllAvailable", "ReadMaxRows", "STREAM_SCHEMA",
+           "STREAM_STRUCT", "SupportsTriggerAvailableNow"]
+
+#: the in-flight source's columns (DDL)
+STREAM_SCHEMA = "body binary, id string, attempts int, timestamp timestamp, topic string, nsqd string"
+#: :data:`STREAM_SCHEMA` as a Spark ``StructType``
+STREAM_STRUCT = StructType([
+    StructField("body", BinaryType()),
+    StructField("id", StringType()),
+    StructField("attempts", IntegerType()),
+    StructField("timestamp", TimestampType()),
+    StructField("topic", StringType()),
+    StructField("nsqd", StringType()),
+])
+#: the offsets source's columns (DDL): the in-flight ones and ``offset``
+OFFSETS_SCHEMA = STREAM_SCHEMA + ", offset long"
+#: :data:`OFFSETS_SCHEMA` as a Spark ``StructType``
+OFFSETS_STRUCT = StructType([*STREAM_STRUCT.fields, StructField("offset", LongType())])
 
 _SCHEMAS: dict[bool, Any] = {}
 

@@ -77,17 +77,16 @@ def offsets_schema(schema: StructType | None, options: Any) -> bool:
     Raises:
         ValueError: a schema of neither mode, or of the other mode than ``mode`` says.
     """
-    from nsq.spark.offsets import OFFSETS_SCHEMA, OFFSETS_STRUCT
-    from nsq.spark.source import _STREAM_STRUCT, STREAM_SCHEMA
+    from nsq.spark.columns import OFFSETS_SCHEMA, OFFSETS_STRUCT, STREAM_SCHEMA, STREAM_STRUCT
 
-    fields = [(f.name, f.dataType) for f in (schema or _STREAM_STRUCT).fields]
+    fields = [(f.name, f.dataType) for f in (schema or STREAM_STRUCT).fields]
     offsets = fields == [(f.name, f.dataType) for f in OFFSETS_STRUCT.fields]
     mode = source_mode(options)
     if offsets and mode == "inflight":
         raise ValueError(f"mode inflight reads the columns {STREAM_SCHEMA} (no offset)")
     if not offsets and mode == "offsets":
         raise ValueError(f"mode offsets reads the columns {OFFSETS_SCHEMA}; got "
-                         f"{(schema or _STREAM_STRUCT).simpleString()}")
+                         f"{(schema or STREAM_STRUCT).simpleString()}")
     return offsets
 
 

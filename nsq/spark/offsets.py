@@ -50,10 +50,10 @@ from collections.abc import Mapping
 from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.types import (StructType)
 
-from nsq.spark.columns import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from nsq.spark.columns import (OFFSETS_SCHEMA, OFFSETS_STRUCT, ReadAllAvailable, ReadMaxRows,
+                                SupportsTriggerAvailableNow)
 from nsq.spark.logcluster import LogCluster, LogState
 from nsq.spark.options import EARLIEST, LATEST, OffsetSourceSettings
 
@@ -62,18 +62,6 @@ __all__ = ["NSQOffsetBatchReader", "NSQOffsetRange", "NSQOffsetStreamReader", "O
 
 log = logging.getLogger("nsq.spark")
 
-#: the offsets source's columns (DDL)
-OFFSETS_SCHEMA = ("body binary, id string, attempts int, timestamp timestamp, topic string, nsqd string, "
-                  "offset long")
-OFFSETS_STRUCT = StructType([
-    StructField("body", BinaryType()),
-    StructField("id", StringType()),
-    StructField("attempts", IntegerType()),
-    StructField("timestamp", TimestampType()),
-    StructField("topic", StringType()),
-    StructField("nsqd", StringType()),
-    StructField("offset", LongType()),
-])
 
 #: {nsqd HTTP address: offset} of the one topic a reader reads
 Offsets = dict[str, int]

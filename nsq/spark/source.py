@@ -54,26 +54,16 @@ from operator import attrgetter
 from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.types import (BinaryType, IntegerType, StringType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.types import (StructType)
 
-from nsq.spark.columns import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow, arrow_schema
+from nsq.spark.columns import (STREAM_SCHEMA, STREAM_STRUCT, ReadAllAvailable, ReadMaxRows,
+                                SupportsTriggerAvailableNow, arrow_schema)
 from nsq.spark.options import SourceSettings, source_settings
 
 __all__ = ["NSQDataSource", "NSQPartition", "NSQStreamReader", "STREAM_SCHEMA"]
 
 log = logging.getLogger("nsq.spark")
 
-#: the streaming source's columns (DDL)
-STREAM_SCHEMA = "body binary, id string, attempts int, timestamp timestamp, topic string, nsqd string"
-_STREAM_STRUCT = StructType([
-    StructField("body", BinaryType()),
-    StructField("id", StringType()),
-    StructField("attempts", IntegerType()),
-    StructField("timestamp", TimestampType()),
-    StructField("topic", StringType()),
-    StructField("nsqd", StringType()),
-])
 
 # a batch being gathered ends once no message came for this long (seconds)
 _LINGER = 0.02
@@ -437,10 +427,10 @@ class NSQDataSource(DataSource):
 
     def schema(self) -> StructType:
         if self._mode() == "offsets":
-            from nsq.spark.offsets import OFFSETS_STRUCT
+            from nsq.spark.columns import OFFSETS_STRUCT
 
             return OFFSETS_STRUCT
-        return _STREAM_STRUCT
+        return STREAM_STRUCT
 
     def streamReader(self, schema: StructType) -> Any:
         from nsq.spark.mode import offsets_schema, with_tcp_addresses
@@ -478,7 +468,7 @@ class NSQDataSource(DataSource):
 
 
 def _check_schema(schema: StructType) -> None:
-    expected = _STREAM_STRUCT
+    expected = STREAM_STRUCT
     if schema is not None and [(f.name, f.dataType) for f in schema.fields] != \
             [(f.name, f.dataType) for f in expected.fields]:
         raise ValueError(f"the nsq source has a fixed schema ({STREAM_SCHEMA}); got {schema.simpleString()}")

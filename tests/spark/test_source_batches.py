@@ -44,7 +44,8 @@ def test_read_yields_record_batches_with_the_stream_columns(num_partitions):
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from nsq.spark.options import source_settings
-    from nsq.spark.source import _STREAM_STRUCT, NSQStreamReader, _partitions
+    from nsq.spark.columns import STREAM_STRUCT
+    from nsq.spark.source import NSQStreamReader, _partitions
 
     nsqds = ["10.0.0.1:4150", "10.0.0.2:4150"]
     messages = _messages(1001, nsqds)
@@ -52,7 +53,7 @@ def test_read_yields_record_batches_with_the_stream_columns(num_partitions):
     assert len(parts) == 2 and sum(len(p) for p in parts) == len(messages)
     reader = NSQStreamReader(source_settings({"topic": "t", "nsqd_tcp_address": nsqds[0]}), None)
     # the schema PySpark checks a data source's record batches against
-    expected_schema = to_arrow_schema(_STREAM_STRUCT, timezone="UTC")
+    expected_schema = to_arrow_schema(STREAM_STRUCT, timezone="UTC")
     rows = []
     for part in parts:
         batches = list(reader.read(part))
