@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Collection
 from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-__all__ = ["NSQ_HEADERS", "HTTPError", "HTTPListener", "json_response", "read_limited", "text_response",
-           "topic_channel_args"]
+__all__ = ["NSQ_HEADERS", "HTTPError", "HTTPListener", "json_response", "read_json_object", "read_limited",
+           "text_response", "topic_channel_args"]
 
 NSQ_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 
@@ -73,6 +74,24 @@ async def read_limited(request: web.Request, limit: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def read_json_object(request: web.Request, keys: Collection[str], limit: int = 4096) -> dict[str, Any]:
+    """A settings body: a JSON object of at most ``limit`` bytes whose keys
+    are all among ``keys`` (any may be missing).
+
+    Raises:
+        HTTPError: 400 ``INVALID_BODY`` for a longer body, one that is not a
+            JSON object, or one with another key.
+    """
+    body = await read_limited(request, limit)
+    try:
+        doc = json.loads(body or b"")
+    except ValueError:
+        raise HTTPError(400, "INVALID_BODY") from None
+    if not isinstance(doc, dict) or set(doc) - set(keys):
+        raise HTTPError(400, "INVALID_BODY")
+    return doc
 
 
 def topic_channel_args(request: web.Request) -> tuple[str, str]:

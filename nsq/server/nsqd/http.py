@@ -23,6 +23,7 @@ from nsq.server.httpapi import (
     HTTPError,
     HTTPListener,
     json_response,
+    read_json_object,
     read_limited,
     text_response,
     topic_channel_args,
@@ -335,13 +336,7 @@ class NSQDHTTPServer:
         channel's own value, kept across restarts, and answers the same."""
         channel = self._existing_channel(request)
         if request.method == "POST":
-            body = await _read_limited(request, 4096)
-            try:
-                settings = json.loads(body or b"")
-            except ValueError:
-                raise HTTPError(400, "INVALID_BODY") from None
-            if not isinstance(settings, dict) or set(settings) - {"max_attempts"}:
-                raise HTTPError(400, "INVALID_BODY")
+            settings = await read_json_object(request, {"max_attempts"})
             value = settings.get("max_attempts", channel.max_attempts)
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 65535:
                 raise HTTPError(400, "INVALID_MAX_ATTEMPTS")

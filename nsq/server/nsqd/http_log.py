@@ -25,7 +25,6 @@ or a Go duration meaning that long ago (``90m``).
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -34,7 +33,7 @@ from aiohttp import web
 
 from nsq._internal.durations import format_duration, parse_duration
 from nsq.protocol.logpage import PAGE_HEADER, encode_page
-from nsq.server.httpapi import HTTPError, json_response, read_limited
+from nsq.server.httpapi import HTTPError, json_response, read_json_object
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.channel import Channel
@@ -157,13 +156,7 @@ def add_routes(router: web.UrlDispatcher, nsqd: NSQD) -> None:
     async def topic_config(request: web.Request) -> web.Response:
         topic = _wal_topic(nsqd, request)
         if request.method == "POST":
-            body = await read_limited(request, 4096)
-            try:
-                doc = json.loads(body or b"")
-            except ValueError:
-                raise HTTPError(400, "INVALID_BODY") from None
-            if not isinstance(doc, dict) or set(doc) - {"retention_time", "retention_bytes"}:
-                raise HTTPError(400, "INVALID_BODY")
+            doc = await read_json_object(request, {"retention_time", "retention_bytes"})
             rt = rb = None
             if "retention_time" in doc:
                 try:
