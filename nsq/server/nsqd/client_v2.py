@@ -289,9 +289,7 @@ class ClientV2(asyncio.Protocol):
         if cmd is None:
             return False
         output = self._output
-        held = not output.scheduled  # Output.hold(), inline on this path
-        if held:
-            output.scheduled = True
+        held = output.hold()
         try:
             HANDLERS[cmd[0]](self, cmd)
         except ClientError as exc:
@@ -304,15 +302,7 @@ class ClientV2(asyncio.Protocol):
             barrier = self.nsqd.durability_barrier()  # --sync-every=1, as in _process
             if barrier is not None:
                 self._wait_for(barrier)
-        transport = self.transport
-        if held and not output.pending and self._waiting is None and not self.closed and transport is not None:
-            # only this connection has output, its answer (Output.flush_now's
-            # first case, inline on this path): write it
-            output.scheduled = False
-            transport.write(self.out)
-            self.out = bytearray()
-        else:
-            output.flush_now(self, held)
+        output.flush_now(self, held)
         return True
 
     def pause_writing(self) -> None:
