@@ -252,10 +252,10 @@ async def test_create_at_an_offset_commit_drops_deferred_and_committed_offset(wa
     topic.publish([b"m%d" % i for i in range(100)])
     assert (await http.post("/channel/create", topic="t", channel="at40", offset="40"))[0] == 200
     channel = topic.channels["at40"]
-    assert channel.depth == 60 and not channel.queue  # no subscriber: nothing queued in memory
+    assert channel.depth == 60 and channel.queue[0][5] == 40  # the first 40 are skipped
     topic.publish([b"late"], defer_ms=60_000)
     topic.publish([b"m%d" % i for i in range(100, 110)])
-    assert not channel.queue  # still read from the log when a consumer comes
+    assert len(channel.queue) == 70 and len(channel.deferred) == 1  # the DPUB deferred at once
     got = await _consume(nsqd.tcp_port, "t", "at40", 70)
     assert got == [b"m%d" % i for i in range(40, 110)]
     assert len(channel.deferred) == 1  # the DPUB, read and deferred

@@ -104,8 +104,10 @@ class Channel:
         self.deferred_log = topic.nsqd.make_deferred_log(f"{topic.name}:{name}", self.ephemeral)
         if self.wal is not None:
             # REQ delays come back from the deferred log as the cursor reads
-            # their messages from the topic log again
+            # their messages from the topic log again; what was deferred at
+            # a clean exit is deferred again at once
             self.wal.attach_deferred(self.deferred_log)
+            channel_admin.restore_deferred(self, self.wal.restore)
         elif self.deferred_log is not None:
             channel_admin.load_deferred(self)
         self.message_count = 0
@@ -156,11 +158,17 @@ class Channel:
                 for them.
         """
         wal = self.wal
-        if wal is not None and (wal.depth or not self.clients):
-            # a backlog in the log (these come after it), or nobody to
-            # deliver to: read them from the log when their turn comes
+        if wal is not None and wal.depth:
+            # a backlog in the log: these come after it, read when their
+            # turn comes; deferred ones (DPUB) are held back now, as in memory
             self.message_count += len(msgs)
             wal.show(msgs[-1][5] + 1)
+            if any(map(_DEFER_MS, msgs)):
+                now = time.monotonic()
+                for e in msgs:
+                    if e[4]:
+                        self._defer((e[0], e[1], e[2], e[3], 0, e[5]), now + e[4] / 1000.0, persist=False)
+                        wal.hold(e[5])
             if self._ready and not self.paused:
                 self.pump()
             return

@@ -32,7 +32,8 @@ from nsq.server.nsqd.message import ATTEMPTS, DEADLINE, NO_OFFSET, OFFSET, Entry
 if TYPE_CHECKING:
     from nsq.server.nsqd.channel import Channel
 
-__all__ = ["pause", "unpause", "empty", "flush", "rewind", "commit", "wal_attempts", "close", "load_deferred", "peek"]
+__all__ = ["pause", "unpause", "empty", "flush", "rewind", "commit", "wal_attempts", "close", "load_deferred", "peek",
+           "hand_on", "restore_deferred"]
 
 log = logging.getLogger("nsq.nsqd")
 
@@ -87,7 +88,10 @@ def flush(channel: Channel) -> int:
     """
     if channel.wal is not None:
         count = len(channel.queue) + len(channel.in_flight) + len(channel.deferred)
-        channel.topic.write_checkpoint(channel, channel.wal_attempts())
+        now_mono, now_unix = time.monotonic(), time.time_ns()
+        deferred = [(item[2][5], now_unix + int((item[0] - now_mono) * 1e9))
+                    for item in channel.deferred.values() if item[2][5] >= 0]
+        channel.topic.write_checkpoint(channel, channel.wal_attempts(), deferred)
         channel.queue.clear()
         channel.in_flight.clear()
         channel.deferred.clear()
@@ -218,6 +222,68 @@ def load_deferred(channel: Channel) -> None:
     if channel.deferred:
         log.info("CHANNEL(%s:%s): %d deferred messages restored", channel.topic.name, channel.name,
                  len(channel.deferred))
+
+
+def position(channel: Channel) -> int:
+    """Topic log: the offset of the next message the channel reads in log
+    order (``offset`` in /stats): its cursor, less the newest messages it
+    queued in memory and has not delivered yet (the ones whose offsets run
+    up to the cursor; requeued ones are older)."""
+    wal = channel.wal
+    assert wal is not None
+    q = channel.queue
+    nxt = wal.next
+    if not q or q[-1][5] != nxt - 1:
+        return nxt
+    if q[0][5] == nxt - len(q):  # all of it, in order
+        return q[0][5]
+    for e in reversed(q):
+        if e[5] != nxt - 1:
+            break
+        nxt -= 1
+    return nxt
+
+
+def hand_on(channel: Channel, end: int, deferred: list[tuple[int, int]]) -> None:
+    """Topic log: the topic hands on what it held up to ``end`` without
+    memory copies (the channel reads them from the log); ``deferred`` are
+    ``(offset, due unix ns)`` of the DPUBs among them, deferred at once as
+    the default engine does with what it hands on."""
+    wal = channel.wal
+    assert wal is not None
+    channel.message_count += max(0, end - wal.visible)
+    wal.show(end)
+    restore_deferred(channel, deferred)
+    if channel._ready and not channel.paused:
+        channel.pump()
+
+
+def restore_deferred(channel: Channel, deferred: list[tuple[int, int]]) -> None:
+    """Topic log: defer the messages at these offsets (``(offset, due unix
+    ns)``) now, reading them from the log, and have the cursor skip them:
+    what was deferred at a clean exit, or DPUBs the topic held. Ones
+    finished, or already behind the cursor, are left alone."""
+    wal = channel.wal
+    assert wal is not None
+    if not deferred:
+        return
+    now_mono, now_unix = time.monotonic(), time.time_ns()
+    restored = 0
+    for offset, due in deferred:
+        if offset < wal.next or offset >= wal.visible or offset in wal.finished or offset in wal.held:
+            continue
+        records, _ = wal.log.read(offset, 1)
+        if not records or records[0][0] != offset:
+            continue
+        _, msg_id, body, ts, tries, _ = records[0]
+        tries = wal.attempts.pop(offset, tries)
+        wal.restored_due.pop(msg_id, None)
+        channel._defer((msg_id, body, ts, tries, 0, offset), now_mono + (due - now_unix) / 1e9, persist=False)
+        wal.hold(offset)
+        restored += 1
+    wal.restore = []
+    if restored:
+        log.debug("CHANNEL(%s:%s): %d deferred messages restored", channel.topic.name, channel.name, restored)
 
 
 def peek(channel: Channel, n: int) -> list[Entry]:

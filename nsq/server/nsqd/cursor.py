@@ -156,6 +156,12 @@ class ChannelCursor(BackendQueue):
         depth: messages left to take (``visible - next`` minus finished
             ones); a plain attribute, kept current.
         finished: the :class:`RangeSet` (FINs folded in by :meth:`fold`).
+        held: sorted offsets at or after ``next`` that the channel holds
+            already (deferred as they were published behind a backlog, or
+            restored at start): skipped when read, not counted in depth.
+        restore: ``[(offset, due unix ns), ...]`` of the messages that were
+            deferred when the checkpoint was written at exit (the channel
+            defers them again at start, :meth:`hold` each).
         persisted_low: ``low`` of the newest checkpoint on disk.
     """
 
@@ -177,6 +183,8 @@ class ChannelCursor(BackendQueue):
         self.depth = 0
         self.finished = RangeSet(start)
         self.fins: list[int] = []
+        self.held: list[int] = []
+        self.restore: list[tuple[int, int]] = []
         self._ahead = 0  # finished offsets at or after next
         #: deliveries so far of unfinished messages, restored from a checkpoint
         self.attempts: dict[int, int] = {}
@@ -213,6 +221,7 @@ class ChannelCursor(BackendQueue):
             low = int(data["low"])
             ranges = data.get("finished", [])
             attempts = {int(k): int(v) for k, v in data.get("attempts", {}).items()}
+            restore = [(int(o), int(due)) for o, due in data.get("deferred", [])]
         except FileNotFoundError:
             return
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -222,14 +231,18 @@ class ChannelCursor(BackendQueue):
         self.finished = RangeSet(low, ranges)
         self.next = self.finished.low
         self.attempts = attempts
+        self.restore = [(o, due) for o, due in restore if o not in self.finished]
         self.persisted_low = low
         fin = self.finished
         self._saved = (fin.low, len(fin.starts), fin.starts[-1] if fin.starts else 0)
 
-    def checkpoint(self, attempts: dict[int, int] | None = None) -> tuple[str, bytes] | None:
+    def checkpoint(self, attempts: dict[int, int] | None = None,
+                   deferred: list[tuple[int, int]] | None = None) -> tuple[str, bytes] | None:
         """``(path, content)`` of a checkpoint to write (:meth:`fold` first),
         or None for an ephemeral channel or when nothing changed since the
-        last one (and no ``attempts`` are given)."""
+        last one (and no ``attempts`` are given). At exit, ``attempts``
+        (offset -> deliveries so far) and ``deferred`` (``(offset, due unix
+        ns)`` of the messages deferred now) go in too."""
         if self.path is None:
             return None
         fin = self.finished
@@ -240,6 +253,8 @@ class ChannelCursor(BackendQueue):
         doc: dict[str, Any] = {"version": 1, "low": fin.low, "finished": fin.ranges()}
         if attempts:
             doc["attempts"] = {str(k): v for k, v in attempts.items()}
+        if deferred:
+            doc["deferred"] = sorted(deferred)
         return self.path, json.dumps(doc, separators=(",", ":")).encode()
 
     # -- positions -----------------------------------------------------------------
@@ -260,6 +275,12 @@ class ChannelCursor(BackendQueue):
             return False
         fins, self.fins = self.fins, []
         low = self.finished.low
+        held = self.held
+        if held:  # a held message finished: counted by the range set from now on
+            for offset in fins:
+                i = bisect.bisect_left(held, offset)
+                if i < len(held) and held[i] == offset:
+                    del held[i]
         self.finished.add_many(fins)
         return self.finished.low != low
 
@@ -271,7 +292,10 @@ class ChannelCursor(BackendQueue):
 
     def _refresh(self) -> None:
         self._ahead = self.finished.count_from(self.next) if self.finished.starts else 0
-        depth = self.visible - self.next - self._ahead
+        held = self.held
+        if held and held[0] < self.next:
+            del held[:bisect.bisect_left(held, self.next)]
+        depth = self.visible - self.next - self._ahead - len(held)
         self.depth = depth if depth > 0 else 0
 
     def show(self, visible: int) -> None:
@@ -287,6 +311,13 @@ class ChannelCursor(BackendQueue):
         if end > self.visible:
             self.visible = end
         self._refresh()
+
+    def hold(self, offset: int) -> None:
+        """The channel holds the message at ``offset`` (at or after
+        :attr:`next`) already: skip it when reading, do not count it."""
+        if offset >= self.next and offset not in self.finished:
+            bisect.insort(self.held, offset)
+            self._refresh()
 
     def put_back(self, offset: int) -> None:
         """Messages from ``offset`` on were dropped from memory (overflow):
@@ -305,6 +336,7 @@ class ChannelCursor(BackendQueue):
         attempts = self.attempts
         restored = self.restored_due
         topic_log = self.log
+        held = self.held
         while len(out) < n and self.next < self.visible:
             if fin.starts or self.next < fin.low:
                 start, limit = fin.next_gap(self.next)
@@ -323,6 +355,12 @@ class ChannelCursor(BackendQueue):
                           nxt - self.next - len(records), self.next, nxt - 1)
             self.next = nxt
             for offset, msg_id, body, ts, tries, defer_ms in records:
+                if held and held[0] <= offset:
+                    while held and held[0] < offset:
+                        del held[0]
+                    if held and held[0] == offset:
+                        del held[0]
+                        continue
                 if attempts:
                     tries = attempts.pop(offset, tries)
                 if restored and msg_id in restored:
@@ -339,12 +377,13 @@ class ChannelCursor(BackendQueue):
 
     def peek_entries(self, n: int) -> list[Entry]:
         """The next ``n`` messages :meth:`read_entries` would take, changing nothing."""
-        saved = (self.next, self.depth, self._ahead, dict(self.attempts), dict(self.restored_due), self.dlog)
+        saved = (self.next, self.depth, self._ahead, dict(self.attempts), dict(self.restored_due), self.dlog,
+                 list(self.held))
         self.dlog = None
         try:
             return self.read_entries(n, 0)
         finally:
-            self.next, self.depth, self._ahead, self.attempts, self.restored_due, self.dlog = saved
+            self.next, self.depth, self._ahead, self.attempts, self.restored_due, self.dlog, self.held = saved
 
     def rewind(self, offset: int) -> None:
         """Read again from ``offset``: every offset at or after it counts as
@@ -373,6 +412,7 @@ class ChannelCursor(BackendQueue):
         self.fins.clear()
         self.finished = RangeSet(offset)
         self.next = offset
+        self.held.clear()
         self.attempts.clear()
         self.restored_due.clear()
         self._refresh()

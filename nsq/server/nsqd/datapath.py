@@ -87,7 +87,7 @@ class DataPath:
         """
         if not self.path:
             return
-        from nsq.server.nsqd.walmigrate import check_data_path
+        from nsq.server.nsqd.walmigrate import check_data_path, mark_data_path
 
         self._lock = DirLock(self.path)
         self._lock.lock()
@@ -96,6 +96,11 @@ class DataPath:
         except ValueError:
             self.unlock()
             raise
+        if self.wal:
+            try:
+                mark_data_path(self.path)
+            except OSError as exc:  # a full disk: the topic logs still say it
+                log.error("NSQ: failed to record --storage=wal in the data path - %s", exc)
         self.make_reserve()
         # one thread for every fsync, so the event loop never waits on the disk
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsqd-disk")

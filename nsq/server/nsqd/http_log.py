@@ -34,6 +34,7 @@ from aiohttp import web
 from nsq._internal.durations import format_duration, parse_duration
 from nsq.protocol.logpage import PAGE_HEADER, encode_page
 from nsq.server.httpapi import HTTPError, json_response, read_json_object
+from nsq.server.nsqd import channel_admin
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.channel import Channel
@@ -187,7 +188,7 @@ def add_routes(router: web.UrlDispatcher, nsqd: NSQD) -> None:
         offset = offset_arg(request, topic)
         channel.commit(offset)
         assert channel.wal is not None
-        return json_response({"offset": channel.wal.next, "depth": channel.depth})
+        return json_response({"offset": channel_admin.position(channel), "depth": channel.depth})
 
     async def topic_read(request: web.Request) -> web.Response:
         topic = _wal_topic(nsqd, request)

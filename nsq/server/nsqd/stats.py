@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nsq import NSQ_VERSION
 from nsq._internal.durations import format_duration
+from nsq.server.nsqd import channel_admin
 from nsq.server.nsqd.memstats import MemoryStats, memory_stats
 from nsq.server.nsqd.quantile import WindowedQuantile, merged_result
 
@@ -428,7 +429,7 @@ def channel_stats(channel: Channel, host: str, include_clients: bool) -> Channel
         [c.stats() for c in clients.values()] if include_clients else None,
         channel.paused,  # paused
         e2e_latency([e2e] if e2e is not None else [], channel.topic.name, channel.name, host),
-        wal.next if wal is not None else None,  # offset
+        channel_admin.position(channel) if wal is not None else None,  # offset
         wal.committed() if wal is not None else None,  # committed_offset
     )
 

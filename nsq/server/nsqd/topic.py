@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import operator
 import os
 import time
 from collections import deque
@@ -19,6 +20,7 @@ from nsq.protocol.errors import NSQError
 from nsq.protocol.message import IDFactory
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
+from nsq.server.nsqd import channel_admin
 from nsq.server.nsqd.channel import Channel
 from nsq.server.nsqd.cursor import ChannelCursor
 from nsq.server.nsqd.message import NO_OFFSET, Entry, decode_entries, encode_entries
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["Topic", "TopicFull"]
 
 log = logging.getLogger("nsq.nsqd")
+_DEFER_MS = operator.itemgetter(4)
 
 
 class TopicFull(NSQError):
@@ -41,7 +44,9 @@ class TopicFull(NSQError):
 
 class HeldMessages(BackendQueue):
     """A topic log's messages no channel has been handed yet (no channel,
-    paused, starting): only a count, the log holds them."""
+    paused, starting) beyond the ones the topic keeps in memory too (its
+    queue, up to ``--mem-queue-size``, as the default engine): only a count,
+    the log holds them."""
 
     accepts_overflow = True
 
@@ -78,7 +83,10 @@ class Topic:
         message_count, message_bytes: published so far.
         log: the topic log (``--storage=wal``), else None.
         visible: with a log, the offset up to which messages were handed
-            to channels (held ones are from there to the log's head).
+            to channels (held ones are from there to the log's head: the
+            first ones in ``queue`` too, the rest in the log only).
+        held_deferred: with a log, ``(offset, due unix ns)`` of the DPUBs
+            held in the log only (handed on deferred).
     """
 
     def __init__(self, nsqd: QueueHost, name: str, backend: BackendQueue | None = None,
@@ -100,6 +108,7 @@ class Topic:
         self.message_bytes = 0
         self._ids = IDFactory(nsqd.options.node_id)
         self.log = topic_log
+        self.held_deferred: list[tuple[int, int]] = []
         self.visible = 0
         #: ``visible`` of the newest topic.json on disk
         self.persisted_visible = 0
@@ -123,12 +132,21 @@ class Topic:
     def _state(self) -> bytes:
         """topic.json: the visible offset and the topic's own retention."""
         state: dict = {"visible": self.visible}
+        deferred = self._held_deferred()
+        if deferred:
+            state["deferred"] = deferred
         if self._own_retention:
             state["retention_time"] = self.retention_time
             state["retention_bytes"] = self.retention_bytes
         return json.dumps(state).encode()
 
     _own_retention = False
+
+    def _held_deferred(self) -> list[tuple[int, int]]:
+        """``(offset, due unix ns)`` of every DPUB the topic holds."""
+        mem = [(e[5], e[2] + e[4] * 1_000_000) for e in self.queue if e[4]] if self.held_deferred or self.queue \
+            else []
+        return mem + self.held_deferred
 
     def set_retention(self, retention_time: float | None, retention_bytes: int | None) -> None:
         """This topic's own retention (``POST /topic/config``), written to
@@ -157,6 +175,7 @@ class Topic:
             with open(os.path.join(topic_log.path, "topic.json"), "rb") as fh:
                 state = json.loads(fh.read())
             visible = int(state["visible"])
+            self.held_deferred = [(int(o), int(due)) for o, due in state.get("deferred", []) if int(o) >= visible]
             if "retention_time" in state:
                 self.retention_time = float(state["retention_time"])
                 self.retention_bytes = int(state.get("retention_bytes", 0))
@@ -249,13 +268,15 @@ class Topic:
         if upto is not None and self.log.delete_before(upto):
             log.info("TOPIC(%s): log segments before offset %d deleted", self.name, self.log.first)
 
-    def write_checkpoint(self, channel: Channel, attempts: dict[int, int]) -> None:
-        """Write ``channel``'s checkpoint now (at exit), with ``attempts``."""
+    def write_checkpoint(self, channel: Channel, attempts: dict[int, int],
+                         deferred: list[tuple[int, int]] | None = None) -> None:
+        """Write ``channel``'s checkpoint now (at exit), with ``attempts``
+        and ``deferred`` (see :meth:`ChannelCursor.checkpoint`)."""
         cursor = channel.wal
         if cursor is None:
             return
         cursor.fold()
-        cp = cursor.checkpoint(attempts)
+        cp = cursor.checkpoint(attempts, deferred)
         if cp is None:
             return
         from nsq.server.nsqd.atomicfile import replace_atomically
@@ -369,9 +390,23 @@ class Topic:
                 self.visible = msgs[-1][5] + 1
             self._distribute(msgs)
         elif self.log is not None:
-            self.backend.depth = self.log.head - self.visible  # held in the log
+            self._hold_in_log(msgs)
         else:
             self._hold(msgs)
+
+    def _hold_in_log(self, msgs: list[Entry]) -> None:
+        """Held messages of a topic log: the first ``--mem-queue-size`` in
+        memory too (handed on from there, as the default engine holds
+        them), the rest in the log only."""
+        q = self.queue
+        room = self.mem_queue_size - len(q)
+        if room > 0 and not self.backend.depth:
+            q.extend(msgs[:room])
+            msgs = msgs[room:]
+        if msgs:
+            self.backend.depth += len(msgs)
+            if any(map(_DEFER_MS, msgs)):
+                self.held_deferred += [(e[5], e[2] + e[4] * 1_000_000) for e in msgs if e[4]]
 
     def _check_room(self, n: int) -> None:
         if self.ephemeral or self.log is not None:
@@ -420,13 +455,20 @@ class Topic:
         if not self.channels or self.paused or self.deleted or self.starting:
             return
         if self.log is not None:
-            # the channels read what was held from the log
-            self.visible = self.log.head
+            # what was held in memory is handed on from there, the rest the
+            # channels read from the log
+            if self.queue:
+                msgs = list(self.queue)
+                self.queue.clear()
+                self.visible = msgs[-1][5] + 1
+                self._distribute(msgs, new=False)
+            head = self.log.head
+            if head > self.visible:
+                deferred, self.held_deferred = self.held_deferred, []
+                self.visible = head
+                for channel in list(self.channels.values()):
+                    channel_admin.hand_on(channel, head, deferred)
             self.backend.depth = 0
-            for channel in list(self.channels.values()):
-                if channel.wal is not None:
-                    channel.wal.show(self.visible)
-                    channel.pump()
             return
         if self.queue:
             msgs = list(self.queue)
@@ -473,15 +515,16 @@ class Topic:
             else:
                 backend = self.nsqd.make_backend(f"{self.name}:{name}", is_ephemeral(name))
             channel = Channel(self, name, backend)
-            if start is not None and channel.wal is not None:
-                if start < channel.wal.next:
-                    channel.rewind(max(start, self.log.first if self.log is not None else 0))
-                elif start > channel.wal.next:
-                    channel.commit(start)  # past what the topic holds for new channels
             self.channels[name] = channel
             log.info("TOPIC(%s): new channel(%s)", self.name, name)
             self.nsqd.notify_channel_created(self, channel)
             self.flush_held()
+            if start is not None and channel.wal is not None:
+                at = self.visible - channel.depth  # where it starts after what was held
+                if start < at:
+                    channel.rewind(max(start, self.log.first if self.log is not None else 0))
+                elif start > at:
+                    channel.commit(start)  # past what the topic holds for new channels
         return channel
 
     def delete_channel(self, name: str) -> bool:
@@ -515,6 +558,7 @@ class Topic:
         self.backend.empty()
         if self.log is not None:
             self.visible = self.log.head
+            self.held_deferred = []
 
     def close(self, delete: bool) -> None:
         """Close every channel; with ``delete``, drop all storage, otherwise
@@ -536,7 +580,7 @@ class Topic:
             return
         if self.log is not None:
             self.nsqd.forget_backend(self.log)
-            if self.visible != self.persisted_visible:
+            if self.visible != self.persisted_visible or self._held_deferred():
                 from nsq.server.nsqd.atomicfile import replace_atomically
 
                 try:

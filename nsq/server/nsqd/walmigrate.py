@@ -7,10 +7,12 @@
   (and then the topic's), the disk-queue files removed, and the take-over
   recorded in ``nsqd.storage.json``. Nothing is lost; a crash in the middle
   may deliver some messages twice.
-- ``--storage=diskqueue`` on a data path that holds topic logs refuses to
-  start (:func:`check_data_path`): the way back is to let the consumers
-  empty the channels (depth 0), stop nsqd, and remove the ``*.wal``
-  directories (docs/storage.md).
+- ``--storage=diskqueue`` on a data path that holds topic logs, or that
+  ``nsqd.storage.json`` says a ``--storage=wal`` nsqd used (written at every
+  such start, :func:`mark_data_path`), refuses to start
+  (:func:`check_data_path`): the way back is to let the consumers empty the
+  channels (depth 0), stop nsqd, and remove the ``*.wal`` directories and
+  ``nsqd.storage.json`` (docs/storage.md).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
     from nsq.server.nsqd.options import NSQDOptions
     from nsq.server.nsqd.topiclog import TopicLog
 
-__all__ = ["check_data_path", "take_over", "STATE_FILE"]
+__all__ = ["check_data_path", "mark_data_path", "take_over", "STATE_FILE"]
 
 log = logging.getLogger("nsq.nsqd")
 
@@ -42,7 +44,8 @@ def check_data_path(path: str, wal: bool) -> None:
     """Refuse a data path the storage engine cannot read.
 
     Raises:
-        ValueError: ``--storage=diskqueue`` on a data path with topic logs.
+        ValueError: ``--storage=diskqueue`` on a data path with topic logs,
+            or one a ``--storage=wal`` nsqd used (``nsqd.storage.json``).
     """
     if wal or not path:
         return
@@ -50,11 +53,36 @@ def check_data_path(path: str, wal: bool) -> None:
         logs = sorted(f[:-4] for f in os.listdir(path) if f.endswith(".wal") and os.path.isdir(os.path.join(path, f)))
     except OSError:
         return
-    if logs:
-        shown = ", ".join(logs[:3]) + (", ..." if len(logs) > 3 else "")
-        raise ValueError(f"--data-path {path} holds topic logs ({shown}) written with --storage=wal: start nsqd "
-                         f"with --storage=wal (to go back to --storage=diskqueue, empty every channel, stop nsqd "
-                         f"and remove the *.wal directories)")
+    if not logs and _state(path).get("storage") != "wal":
+        return
+    shown = f"topic logs ({', '.join(logs[:3])}{', ...' if len(logs) > 3 else ''})" if logs else \
+        f"{STATE_FILE}, which says"
+    raise ValueError(f"--data-path {path} holds {shown} written with --storage=wal: start nsqd with "
+                     f"--storage=wal (to go back to --storage=diskqueue, empty every channel, stop nsqd and remove "
+                     f"the *.wal directories and {STATE_FILE})")
+
+
+def _state(path: str) -> dict:
+    try:
+        with open(os.path.join(path, STATE_FILE), "rb") as fh:
+            state = json.loads(fh.read())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def mark_data_path(path: str) -> None:
+    """Record in ``nsqd.storage.json`` that a ``--storage=wal`` nsqd uses
+    ``path`` (so the default engine refuses it even before a topic log
+    exists).
+
+    Raises:
+        OSError: the file could not be written.
+    """
+    state = _state(path)
+    if state.get("storage") != "wal":
+        state["storage"] = "wal"
+        replace_atomically(os.path.join(path, STATE_FILE), json.dumps(state, indent=1).encode())
 
 
 def _drain(name: str, data_path: str, options: NSQDOptions) -> list[bytes]:
@@ -156,11 +184,7 @@ def _remove_queue(data_path: str, name: str) -> None:
 
 def _record(data_path: str, topic: str, total: int, channels: dict[str, int], held: int) -> None:
     path = os.path.join(data_path, STATE_FILE)
-    try:
-        with open(path, "rb") as fh:
-            state = json.loads(fh.read())
-    except (OSError, ValueError):
-        state = {}
+    state = _state(data_path)
     state["storage"] = "wal"
     state.setdefault("taken_over", []).append({
         "topic": topic, "messages": total, "channels": channels, "held_by_topic": held,
