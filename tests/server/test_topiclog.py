@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 
@@ -406,9 +407,10 @@ async def test_wal_takes_over_a_disk_queue_data_path_and_loses_nothing(make_nsqd
     state = (tmp_path / "nsqd.storage.json").read_text()
     assert '"storage": "wal"' in state and '"topic": "t"' in state
     t = wal.get_topic("t")
-    # the deferred message is in each channel's part of the log: counted in
-    # depth until the channel reads its record and defers it again
-    assert t.channels["a"].depth == 61 and t.channels["b"].depth == 101
+    # the deferred message is in each channel's part of the log, and
+    # deferred at start, as the default engine restores it
+    assert t.channels["a"].depth == 60 and t.channels["b"].depth == 100
+    assert len(t.channels["a"].deferred) == len(t.channels["b"].deferred) == 1
     rest_a = await _consume(wal.tcp_port, "t", "a", 61, timeout=5)
     rest_b = await _consume(wal.tcp_port, "t", "b", 101, timeout=5)
     want = sorted([b"m%d" % i for i in range(100)] + [b"late"])
@@ -450,3 +452,64 @@ async def test_a_topic_log_missing_from_nsqd_dat_is_restored(wal_nsqd, tmp_path)
     (tmp_path / "nsqd.dat").write_text('{"topics":[],"version":"1.2.1"}')  # as if it was never rewritten
     again = await wal_nsqd()
     assert "lost" in again.topics and again.topics["lost"].channels["c"].depth == 20
+
+
+def test_diskqueue_mode_refuses_a_data_path_a_wal_nsqd_used_even_without_logs(tmp_path):
+    from nsq.server.nsqd.nsqd import NSQD
+    from nsq.server.nsqd.options import NSQDOptions
+
+    async def run(storage):
+        n = NSQD(NSQDOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", data_path=str(tmp_path),
+                             storage=storage))
+        try:
+            await n.start()
+        finally:
+            await n.stop()
+
+    asyncio.run(run("wal"))  # no topic: no *.wal directory
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".wal")]
+    with pytest.raises(ValueError, match="nsqd.storage.json, which says written with --storage=wal"):
+        asyncio.run(run("diskqueue"))
+    os.remove(tmp_path / "nsqd.storage.json")  # the documented way back
+    asyncio.run(run("diskqueue"))
+
+
+def test_an_mpub_larger_than_a_segment_is_split_across_segments(tmp_path):
+    from nsq.server.nsqd.topiclog import TopicLog, encode_record
+
+    tlog = TopicLog("t", str(tmp_path / "t.wal"), 16384, 0)
+    body = b"x" * 1024
+    records = [encode_record(b"%016d" % i, body, i, 0, 0) for i in range(100)]
+    assert tlog.append(records) == 0 and tlog.head == 100
+    one = len(records[0])
+    sizes = [size for _, size in tlog.segments()]
+    assert len(sizes) == 7 and sum(sizes) == 100 * one
+    assert all(size <= 16384 + one for size in sizes), sizes
+    got, _ = tlog.read(0, 100)
+    offsets = []
+    offset = 0
+    while offset < 100:
+        got, offset = tlog.read(offset, 100)
+        offsets += [r[0] for r in got]
+    assert offsets == list(range(100))
+    tlog.close()
+
+
+async def test_time_retention_reaches_a_quiet_topic(wal_nsqd):
+    # the MPUB of 100 x 1 KiB of the retention case, retention 1s: the
+    # segment being written rolls by age, then goes with the rest
+    nsqd = await wal_nsqd(max_bytes_per_file=16384, retention_time=1.0, sync_timeout=0.1)
+    topic = nsqd.get_topic("t")
+    topic.get_channel("c")
+    topic.publish([b"%04d" % i + b"x" * 1020 for i in range(100)])
+    before = topic.log.retained_bytes
+    assert before > 100 * 1024 and all(size <= 16384 + 1100 for _, size in topic.log.segments())
+    got = await _consume(nsqd.tcp_port, "t", "c", 100)
+    assert len(got) == 100
+    finished = time.monotonic()
+
+    await wait_for(lambda: topic.log.retained_bytes == 0, timeout=10)
+    # the retention time + a check or two (the channel's FINs fold and
+    # checkpoint every --sync-timeout too); slack for a loaded machine
+    assert time.monotonic() - finished < 1.0 + 5.0
+    assert (topic.log.first, topic.log.head, list(topic.log.segments())) == (100, 100, [(100, 0)])

@@ -251,9 +251,12 @@ class Topic:
             if cursor is not None:
                 low = cursor.finished.low if cursor.path is None else cursor.persisted_low
                 floor = min(floor, low)
-        segments = self.log.segment_info()
         rt, rb = self.retention_time, self.retention_bytes
         now = time.time()
+        if rt:
+            # a quiet topic's last segment rolls too, so retention reaches it
+            self.log.roll_older_than(int((now - rt) * 1e9))
+        segments = self.log.segment_info()
         retained = sum(size for _, size, _ in segments)
         upto = None
         # whole segments below the floor, oldest first, never the newest;

@@ -104,7 +104,7 @@ def _segment_name(base: int) -> str:
 class _Segment:
     """One segment file: its first offset, size, read fd and sparse index."""
 
-    __slots__ = ("base", "path", "size", "rfd", "index", "index_pos", "count")
+    __slots__ = ("base", "path", "size", "rfd", "index", "index_pos", "count", "first_ts")
 
     def __init__(self, base: int, path: str, size: int = 0) -> None:
         self.base = base
@@ -118,6 +118,8 @@ class _Segment:
         self.index_pos: list[int] = []
         #: whole records (known for the newest segment and once scanned)
         self.count: int | None = None
+        #: publish timestamp (ns) of its first record, once known
+        self.first_ts: int | None = None
 
     def read_fd(self) -> int:
         if self.rfd is None:
@@ -284,10 +286,17 @@ class TopicLog(AppendFile):
         """
         if self._closed:
             raise BackendFull(f"TOPIC({self.name}) log is closed")
+        if count > 1 and self._segments[-1].size + len(data) > self.max_bytes_per_file:
+            return self._append_split(data)
+        return self._append(data, count)
+
+    def _append(self, data: bytes, count: int) -> int:
         active = self._segments[-1]
         if self._roll_next or (active.size >= self.max_bytes_per_file and active.count):
             self._roll()
             active = self._segments[-1]
+        if not active.count:
+            active.first_ts = _HEAD.unpack_from(data, 8)[1]
         base = self.head
         assert self._wfd is not None
         try:
@@ -313,6 +322,48 @@ class TopicLog(AppendFile):
         except OSError as exc:  # written; the next sync retries
             log.error("TOPIC(%s): failed to sync the log - %s", self.name, exc)
         return base
+
+    def _append_split(self, data: bytes) -> int:
+        """:meth:`append_joined` of a batch that does not fit in the active
+        segment: written in pieces, each segment filled up to at most one
+        record past ``max_bytes_per_file``. If a later piece fails, the
+        earlier ones stay appended (a refused publish may be delivered)."""
+        first = -1
+        pos = 0
+        end = len(data)
+        while pos < end:
+            active = self._segments[-1]
+            room = self.max_bytes_per_file - (active.size if active.size < self.max_bytes_per_file else 0)
+            stop = pos
+            n = 0
+            while stop < end and (n == 0 or stop - pos < room):
+                stop += 8 + _FRAME.unpack_from(data, stop)[0]
+                n += 1
+            base = self._append(data[pos:stop], n)
+            if first < 0:
+                first = base
+            pos = stop
+        return first
+
+    def roll_older_than(self, ts_ns: int) -> bool:
+        """Start a new segment if the active one's first record was
+        published before ``ts_ns`` (ns since the epoch), so time-based
+        retention can delete it once the topic goes quiet (Kafka's
+        ``segment.ms``). True if it rolled."""
+        active = self._segments[-1]
+        if self._closed or not active.count:
+            return False
+        if active.first_ts is None:
+            records, _ = self.read(active.base, 1)
+            active.first_ts = records[0][3] if records else 0
+        if active.first_ts >= ts_ns:
+            return False
+        try:
+            self._roll()
+        except BackendFull as exc:
+            log.error("TOPIC(%s): failed to roll the log by age - %s", self.name, exc)
+            return False
+        return True
 
     def _cut_back(self, active: _Segment) -> None:
         assert self._wfd is not None

@@ -137,6 +137,8 @@ def take_over(topic: str, data_path: str, topic_log: TopicLog, options: NSQDOpti
     if not channels and not has_topic_queue:
         return 0
     regions: dict[str, tuple[int, int]] = {}
+    #: per channel, (offset, due unix ns) of its deferred messages: deferred again at start
+    due: dict[str, list[tuple[int, int]]] = {}
     total = 0
     for channel in sorted(set(channels) | set(deferred)):
         records = _drain(f"{topic}:{channel}", data_path, options) if channel in channels else []
@@ -147,7 +149,8 @@ def take_over(topic: str, data_path: str, topic_log: TopicLog, options: NSQDOpti
             from nsq.server.nsqd.deferredlog import DeferredLog
 
             dlog = DeferredLog(f"{topic}:{channel}", data_path, options.sync_every)
-            for msg_id, (_due, ts, attempts, body) in dlog.pending.items():
+            for msg_id, (due_ns, ts, attempts, body) in dlog.pending.items():
+                due.setdefault(channel, []).append((topic_log.head + len(framed), due_ns))
                 framed.append(encode_record(msg_id, body, ts, attempts, 0))
             dlog.close()
         start = topic_log.head
@@ -163,7 +166,9 @@ def take_over(topic: str, data_path: str, topic_log: TopicLog, options: NSQDOpti
     topic_log.sync()
     for channel, (start, end) in regions.items():
         finished = [[end, held_start]] if end < held_start else []
-        doc = {"version": 1, "low": start, "finished": finished}
+        doc: dict = {"version": 1, "low": start, "finished": finished}
+        if channel in due:
+            doc["deferred"] = due[channel]
         replace_atomically(os.path.join(topic_log.path, f"{channel}.cursor"), json.dumps(doc).encode())
     replace_atomically(os.path.join(topic_log.path, "topic.json"), json.dumps({"visible": held_start}).encode())
     _record(data_path, topic, total, {c: e - s for c, (s, e) in regions.items()}, len(held))
