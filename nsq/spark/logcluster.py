@@ -78,13 +78,15 @@ class LogState:
     channel_offset: int | None = None
 
 
-def _state(address: str, stats: dict, topic: str, channel: str) -> LogState:
+def _state(address: str, stats: dict, topic: str, channel: str, synced_only: bool = False) -> LogState:
     for t in stats.get("topics") or []:
         if t.get("topic_name") != topic:
             continue
         if "head_offset" not in t:
             return LogState(address, exists=True, wal=False)
         head = int(t["head_offset"])
+        if synced_only and "synced_offset" in t:
+            head = min(head, int(t["synced_offset"]))
         position = None
         for c in t.get("channels") or []:
             if c.get("channel_name") == channel and "offset" in c:
@@ -102,11 +104,15 @@ class LogCluster:
         lookupd_http_addresses: nsqlookupds to find the topic's nsqds with
             (``/lookup?topic=``, asked on every :meth:`states`).
         auth_secret: ``Authorization: Bearer`` for the nsqds ("" none).
+        synced_only: a log's head is its ``synced_offset`` (only what nsqd
+            has fsynced is read).
     """
 
     def __init__(self, topic: str, channel: str, nsqd_http_addresses: Iterable[str] = (),
-                 lookupd_http_addresses: Iterable[str] = (), auth_secret: str = "") -> None:
+                 lookupd_http_addresses: Iterable[str] = (), auth_secret: str = "",
+                 synced_only: bool = False) -> None:
         self.topic = topic
+        self.synced_only = synced_only
         self.channel = channel
         self.nsqd_http_addresses = tuple(nsqd_http_addresses)
         self.lookupd_http_addresses = tuple(lookupd_http_addresses)
@@ -120,7 +126,7 @@ class LogCluster:
     def from_settings(cls, settings: Any) -> LogCluster:
         """From :class:`~nsq.spark.options.OffsetSourceSettings`."""
         return cls(settings.topic, settings.channel, settings.nsqd_http_addresses,
-                   settings.lookupd_http_addresses, settings.auth_secret)
+                   settings.lookupd_http_addresses, settings.auth_secret, settings.synced_only)
 
     def _nsqd_client(self) -> NSQDHTTPClient:
         return NSQDHTTPClient(CONNECT_TIMEOUT, REQUEST_TIMEOUT, auth_secret=self.auth_secret)
@@ -159,7 +165,7 @@ class LogCluster:
                 addresses = list(dict.fromkeys([*addresses, *also]))
                 answers, failed = await ask_each(
                     addresses, lambda a: nsqd.stats(a, topic=self.topic, include_clients=False))
-            states = {a: _state(a, stats, self.topic, self.channel) for a, stats in answers}
+            states = {a: _state(a, stats, self.topic, self.channel, self.synced_only) for a, stats in answers}
             return dict(sorted(states.items())), errors + failed
 
         return asyncio.run(run())

@@ -100,7 +100,7 @@ def decode_page(page: bytes, topic: str, nsqd: str, stop: int | None = None) -> 
         pos += head
         offsets.append(offset)
         timestamps.append(ts)
-        attempts.append(att)
+        attempts.append(att + 1)  # this read is a delivery, as the in-flight source counts it
         ids.append(msg_id)
         bodies.append(page[pos:pos + size])
         pos += size

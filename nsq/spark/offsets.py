@@ -37,8 +37,8 @@ micro-batch is a range of offsets per nsqd, so nothing is held in flight:
 
 Columns: those of the in-flight source (``body``, ``id``, ``attempts``,
 ``timestamp``, ``topic``, ``nsqd``) and ``offset`` (long). ``nsqd`` is the
-nsqd's HTTP address here (the offsets' key); ``attempts`` is what the log
-holds (0: nsqd counts deliveries per channel, not in the log).
+nsqd's HTTP address here (the offsets' key); ``attempts`` is 1 plus what
+the log holds (this read counts as a delivery, as in the in-flight source).
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ DEFAULT_MAX_RECORDS_PER_PARTITION = 100_000
 _SOURCE_OWN = {"topic", "channel", "nsqd_tcp_address", "nsqd_http_address", "lookupd_http_address",
                "maxmessagespertrigger", "numpartitions", "fetchwait", "availablenowidle", "connections", "mode",
                "startingoffsets", "endingoffsets", "maxoffsetspertrigger", "minpartitions",
-               "maxrecordsperpartition", "failondataloss"}
+               "maxrecordsperpartition", "failondataloss", "syncedonly"}
 _SINK_OWN = {"topic", "nsqd_tcp_address", "lookupd_http_address", "batchsize"}
 
 
@@ -351,6 +351,10 @@ class OffsetSourceSettings:
         max_records_per_partition: messages per Spark partition at most.
         fail_on_data_loss: an offset retention has deleted (or a log that
             went back) fails the query; False: read on from what is left.
+        synced_only: read only messages nsqd has fsynced (each log's
+            ``synced_offset`` in ``/stats`` instead of its head), so a
+            batch never holds a message a power cut on the nsqd could take
+            back.
         fetch_wait: seconds ``latestOffset`` keeps looking (every 50 ms)
             when no head has moved, before it answers "nothing new".
         auth_secret: sent as ``Authorization: Bearer`` (nsqd
@@ -367,6 +371,7 @@ class OffsetSourceSettings:
     min_partitions: int | None = None
     max_records_per_partition: int = DEFAULT_MAX_RECORDS_PER_PARTITION
     fail_on_data_loss: bool = True
+    synced_only: bool = False
     fetch_wait: float = 0.25
     auth_secret: str = ""
 
@@ -410,6 +415,7 @@ def offset_source_settings(options: Mapping[str, str], batch: bool = False) -> O
         min_partitions=min_partitions,
         max_records_per_partition=per_partition,
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        synced_only=_bool(options, "syncedOnly", False),
         fetch_wait=_seconds(options, "fetchWait", 0.25),
         auth_secret=str(kwargs.get("auth_secret") or ""),
     )

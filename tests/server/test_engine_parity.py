@@ -26,7 +26,7 @@ from .helpers import HTTP, Conn
 #: fields only the topic log has (docs/reference/http.md): added to its
 #: /stats, never in place of one both engines have
 ENGINE_ONLY = {
-    "topic": {"head_offset", "first_offset", "retained_bytes", "oldest_timestamp", "retention_time",
+    "topic": {"head_offset", "synced_offset", "first_offset", "retained_bytes", "oldest_timestamp", "retention_time",
               "retention_bytes"},
     "channel": {"offset", "committed_offset"},
     "metrics": {"nsq_topic_head_offset", "nsq_topic_first_offset", "nsq_topic_retained_bytes",

@@ -265,3 +265,25 @@ async def test_create_at_an_offset_commit_drops_deferred_and_committed_offset(wa
     assert status == 200 and not channel.deferred
     stats = await http.channel_stats("t", "at40")
     assert stats["committed_offset"] == 111 and stats["depth"] == 0 and stats["deferred_count"] == 0
+
+
+async def test_read_says_what_is_synced_and_reads_only_that_when_asked(wal, session):
+    # a long --sync-timeout and a large --sync-every: nothing is fsynced
+    # until the test asks (a roll fsyncs the segment it closes)
+    nsqd = await wal(sync_every=1_000_000, sync_timeout=3600.0, max_bytes_per_file=1 << 20)
+    http = HTTP(session, nsqd.http_port)
+    topic = nsqd.get_topic("t")
+    topic.publish([b"s%d" % i for i in range(10)])
+    status, body, headers = await http.request("GET", "/topic/read", params={"topic": "t", "offset": "0"})
+    assert status == 200 and len(_decode_read(body)) == 10
+    assert (headers["X-NSQ-Head-Offset"], headers["X-NSQ-Synced-Offset"]) == ("10", "0")
+    status, body, headers = await http.request("GET", "/topic/read",
+                                               params={"topic": "t", "offset": "0", "synced": "true"})
+    assert status == 200 and _decode_read(body) == [] and headers["X-NSQ-Next-Offset"] == "0"
+    assert (await http.topic_stats("t"))["synced_offset"] == 0
+    topic.log.sync()
+    topic.publish([b"late"])
+    status, body, headers = await http.request("GET", "/topic/read",
+                                               params={"topic": "t", "offset": "0", "synced": "true"})
+    assert [o for o, _ in _decode_read(body)] == list(range(10)) and headers["X-NSQ-Synced-Offset"] == "10"
+    assert (await http.topic_stats("t"))["synced_offset"] == 10

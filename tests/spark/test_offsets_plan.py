@@ -118,7 +118,7 @@ def test_decode_page_rows():
     rows = batch.to_pylist()
     assert [r["offset"] for r in rows] == [40, 41, 42]
     assert [r["body"] for r in rows] == [b"a", b"", b"line\nwith\x00bytes"]
-    assert rows[2]["id"] == "0000000000000002" and rows[1]["attempts"] == 1
+    assert rows[2]["id"] == "0000000000000002" and rows[1]["attempts"] == 2  # the log's 1, plus this read
     assert {r["topic"] for r in rows} == {"t"} and {r["nsqd"] for r in rows} == {A}
     assert int(rows[0]["timestamp"].timestamp() * 1_000_000) == ts // 1000
     with pytest.raises(ValueError, match="truncated"):

@@ -12,6 +12,8 @@ and reading by offset. Beyond Go nsqd (nsqio/nsq #1093 asked for replay).
 - ``GET /topic/read?topic=T&offset=N&limit=K&max_bytes=B``: up to K
   messages from offset N, binary (see :func:`encode_read`), changing
   nothing; for readers that keep their own position (the Spark source).
+  ``X-NSQ-Synced-Offset`` says below which offset every message is
+  fsynced; ``&synced=true`` reads only those.
 - ``POST /channel/commit?topic=T&channel=C&offset=N``: every message below
   N is finished for that channel (such a reader's progress: its lag shows
   in ``/stats`` and retention keeps what it has not read).
@@ -203,7 +205,8 @@ def add_routes(router: web.UrlDispatcher, nsqd: NSQD) -> None:
             raise HTTPError(400, "INVALID_LIMIT")
         records: list[Any] = []
         nbytes = 0
-        end = min(topic.log.head, offset + limit)
+        synced_only = request.query.get("synced", "") in ("1", "true")
+        end = min(topic.log.synced if synced_only else topic.log.head, offset + limit)
         nxt = offset
         while nxt < end and nbytes < max_bytes:
             got, after = topic.log.read(nxt, end - nxt, max_bytes=min(max_bytes - nbytes + 4096, 4 << 20))
@@ -213,7 +216,8 @@ def add_routes(router: web.UrlDispatcher, nsqd: NSQD) -> None:
             nbytes += sum(len(r[2]) for r in got)
             nxt = after
         headers = {"X-NSQ-Next-Offset": str(nxt), "X-NSQ-Head-Offset": str(topic.log.head),
-                   "X-NSQ-First-Offset": str(topic.log.first), "X-NSQ-Content-Type": "nsq; version=1.0"}
+                   "X-NSQ-First-Offset": str(topic.log.first), "X-NSQ-Synced-Offset": str(topic.log.synced),
+                   "X-NSQ-Content-Type": "nsq; version=1.0"}
         return web.Response(body=encode_read(records), headers=headers, content_type="application/octet-stream")
 
     router.add_get("/topic/config", topic_config, allow_head=False)

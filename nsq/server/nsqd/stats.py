@@ -240,6 +240,7 @@ class TopicLogStats:
 
     Attributes:
         head_offset: the offset the next message published gets.
+        synced_offset: every message below it is fsynced.
         first_offset: the oldest retained message's offset.
         retained_bytes: bytes of the log on disk.
         oldest_timestamp: publish time of the oldest retained message (Unix
@@ -249,6 +250,7 @@ class TopicLogStats:
     """
 
     head_offset: int
+    synced_offset: int
     first_offset: int
     retained_bytes: int
     oldest_timestamp: int
@@ -293,6 +295,7 @@ class TopicStats:
         tlog = self.log
         if tlog is not None:
             out["head_offset"] = tlog.head_offset
+            out["synced_offset"] = tlog.synced_offset
             out["first_offset"] = tlog.first_offset
             out["retained_bytes"] = tlog.retained_bytes
             out["oldest_timestamp"] = tlog.oldest_timestamp
@@ -462,6 +465,7 @@ def log_stats(topic: Topic) -> TopicLogStats:
     oldest = tlog.timestamp_at(tlog.first) if tlog.first < tlog.head else None
     return TopicLogStats(
         head_offset=tlog.head,
+        synced_offset=tlog.synced,
         first_offset=tlog.first,
         retained_bytes=tlog.retained_bytes,
         oldest_timestamp=oldest or 0,

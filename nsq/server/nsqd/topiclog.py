@@ -51,6 +51,7 @@ import logging
 import os
 import struct
 from collections.abc import Iterable
+from concurrent.futures import Future
 from google_crc32c import value as _crc
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
@@ -160,6 +161,9 @@ class TopicLog(AppendFile):
 
     Attributes:
         head: the offset the next record gets (= records ever appended).
+        synced: every record below it was fsynced (the records from there
+            to ``head`` may be lost to a power cut; ``X-NSQ-Synced-Offset``
+            of ``/topic/read``). At open: ``head``.
         first: the oldest offset still on disk.
         error: why the last append failed (a full or failing disk), None
             while appends succeed.
@@ -186,6 +190,7 @@ class TopicLog(AppendFile):
         active = self._segments[-1]
         assert active.count is not None
         self.head = active.base + active.count
+        self.synced = self.head
 
     def __repr__(self) -> str:
         return f"TopicLog({self.name})"
@@ -380,6 +385,9 @@ class TopicLog(AppendFile):
             os.fsync(self._wfd)
         except OSError as exc:
             log.error("TOPIC(%s): failed to sync a full segment - %s", self.name, exc)
+        else:
+            if not self._roll_next and self.head > self.synced:  # not after a failed fsync
+                self.synced = self.head
         os.close(self._wfd)
         self._wfd = None
         seg = _Segment(self.head, os.path.join(self.path, _segment_name(self.head)))
@@ -415,6 +423,35 @@ class TopicLog(AppendFile):
 
     def _sync_failed(self, exc: OSError) -> None:
         self._roll_next = True  # the pages since the last good fsync may be gone: a new segment
+
+    def sync(self) -> None:
+        """fsync now; :attr:`synced` moves to the head.
+
+        Raises:
+            OSError: the fsync failed (:attr:`synced` stays).
+        """
+        mark = self.head
+        super().sync()
+        if mark > self.synced:
+            self.synced = mark
+
+    def sync_in_background(self) -> Future[None] | None:
+        """:meth:`AppendFile.sync_in_background`; :attr:`synced` moves to
+        the head of this moment once the disk thread's fsync succeeded."""
+        mark = self.head
+        dirty = self._dirty
+        fut = super().sync_in_background()
+        if fut is None:
+            if dirty and not self._dirty and mark > self.synced:  # synced inline
+                self.synced = mark
+            return None
+
+        def done(f: Future[None]) -> None:
+            if not f.cancelled() and f.exception() is None and mark > self.synced:
+                self.synced = mark  # an int store: safe from the disk thread
+
+        fut.add_done_callback(done)
+        return fut
 
     # -- reading -------------------------------------------------------------------
 
