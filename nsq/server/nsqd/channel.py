@@ -18,17 +18,14 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from nsq.protocol.errors import NSQError
-from nsq.protocol.message import encode_message
 from nsq.protocol.names import is_ephemeral
-from nsq.server.nsqd import channel_admin
-from nsq.server.nsqd.backend import BackendFull, BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
-from nsq.server.nsqd.cursor import ChannelCursor
+from nsq.server.nsqd.backend import BackendFull
 from nsq.server.nsqd.deadletter import dead_letter, dead_letter_topic
-from nsq.server.nsqd.message import (ATTEMPTS, CLIENT, DEADLINE, DELIVERED, OFFSET, TIMESTAMP, Entry, Message,
-                                     decode_entries, encode_entries, entry)
+from nsq.server.nsqd.message import ATTEMPTS, CLIENT, DEADLINE, DELIVERED, OFFSET, TIMESTAMP, Entry, Message, entry
 from nsq.server.nsqd.quantile import WindowedQuantile
 
 if TYPE_CHECKING:
+    from nsq.server.nsqd.stores import ChannelStore
     from nsq.server.nsqd.host import Subscriber
     from nsq.server.nsqd.topic import Topic
 
@@ -60,7 +57,10 @@ class Channel:
         ephemeral: name ends in ``#ephemeral``; deleted with its last client.
         queue: memory queue (deque of :data:`~nsq.server.nsqd.message.Entry`
             tuples), at most ``mem_queue_size`` long.
-        backend: overflow backend (disk queue, discard or refuse).
+        store: the storage engine's part of the channel
+            (:class:`~nsq.server.nsqd.stores.ChannelStore`): what is past
+            the memory queue, and what the engine keeps of the rest.
+        backend: the store's queue (its depth: ``backend_depth``).
         clients: subscribed clients by client id.
         in_flight: messages sent and not yet finished, by id.
         deferred: messages held back by DPUB/REQ: id -> ``(due, seq,
@@ -71,18 +71,15 @@ class Channel:
             latencies, or None without ``--e2e-processing-latency-percentile``.
     """
 
-    def __init__(self, topic: Topic, name: str, backend: BackendQueue | None = None) -> None:
+    def __init__(self, topic: Topic, name: str, store: ChannelStore) -> None:
         self.topic = topic
         self.nsqd = topic.nsqd
         self.name = name
         self.ephemeral = is_ephemeral(name)
         self.mem_queue_size = topic.nsqd.options.mem_queue_size
         self.queue: deque[Entry] = deque()
-        if backend is None:
-            backend = DiscardBackend() if self.ephemeral else NoDiskBackend()
-        self.backend = backend
-        #: the channel's cursor into its topic's log (``--storage=wal``), else None
-        self.wal: ChannelCursor | None = backend if isinstance(backend, ChannelCursor) else None
+        self.store = store
+        self.backend = store.backend
         self.clients: dict[int, Subscriber] = {}
         self._ready: dict[Subscriber, None] = {}
         self.in_flight: dict[bytes, Message] = {}
@@ -102,14 +99,7 @@ class Channel:
         self._disk_turn = False
         #: durable deferred messages (None: ephemeral or memory-only nsqd)
         self.deferred_log = topic.nsqd.make_deferred_log(f"{topic.name}:{name}", self.ephemeral)
-        if self.wal is not None:
-            # REQ delays come back from the deferred log as the cursor reads
-            # their messages from the topic log again; what was deferred at
-            # a clean exit is deferred again at once
-            self.wal.attach_deferred(self.deferred_log)
-            channel_admin.restore_deferred(self, self.wal.restore)
-        elif self.deferred_log is not None:
-            channel_admin.load_deferred(self)
+        store.open(self)  # deferred messages restored
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
@@ -157,18 +147,16 @@ class Channel:
                 stay. The memory queue never grows past ``mem_queue_size``
                 for them.
         """
-        wal = self.wal
-        if wal is not None and wal.depth:
-            # a backlog in the log: these come after it, read when their
+        store = self.store
+        if store.behind():
+            # the store has a backlog: these come after it, read when their
             # turn comes; deferred ones (DPUB) are held back now, as in memory
             self.message_count += len(msgs)
-            wal.show(msgs[-1][5] + 1)
-            if any(map(_DEFER_MS, msgs)):
+            deferred = store.queue_behind(self, msgs)
+            if deferred:
                 now = time.monotonic()
-                for e in msgs:
-                    if e[4]:
-                        self._defer((e[0], e[1], e[2], e[3], 0, e[5]), now + e[4] / 1000.0, persist=False)
-                        wal.hold(e[5])
+                for e in deferred:
+                    self._defer((e[0], e[1], e[2], e[3], 0, e[5]), now + e[4] / 1000.0, persist=False)
             if self._ready and not self.paused:
                 self.pump()
             return
@@ -179,9 +167,9 @@ class Channel:
             fresh = 0
             for e in msgs:
                 if e[4]:
-                    # in a topic log the record keeps the delay: no deferred-log write
-                    self._defer((e[0], e[1], e[2], e[3], 0, e[5]), now + e[4] / 1000.0, persist=wal is None,
-                                refuse=new)
+                    # a store may keep the delay itself (a topic log's record)
+                    self._defer((e[0], e[1], e[2], e[3], 0, e[5]), now + e[4] / 1000.0,
+                                persist=store.persist_deferred, refuse=new)
                     self.message_count += 1
                 else:
                     q.append(e)
@@ -190,55 +178,13 @@ class Channel:
         else:
             q.extend(msgs)
             self.message_count += fresh
-        if wal is not None:
-            wal.took(msgs[-1][5] + 1)
+        store.took(msgs)
         if q:
             if self._ready and not self.paused:
                 self.pump()
             excess = len(q) - self.mem_queue_size
-            if excess > 0 and wal is not None:
-                self._overflow_to_log(excess)
-            elif excess > 0 and self.backend.accepts_overflow:
-                # the newest entries (this publish's, at the tail) overflow;
-                # older ones kept in memory while the disk failed are only
-                # retried once it works again (no rewrite per publish)
-                fresh = min(fresh, len(q)) if new else 0
-                if self.backend.error is not None and excess > fresh:
-                    excess = fresh
-                if excess > 0 and (fresh or self.backend.error is None):
-                    self._overflow(excess, fresh)
-
-    def _overflow(self, excess: int, fresh: int) -> None:
-        """Write the last ``excess`` queue entries to the backend; of them the
-        last ``fresh`` are new. New ones the backend refuses are dropped
-        (and :class:`BackendFull` raised), older ones go back to memory."""
-        q = self.queue
-        overflow = [q.pop() for _ in range(excess)]
-        overflow.reverse()
-        stored = put_overflow(self.backend, encode_entries(overflow), self.nsqd.set_health)
-        if stored == excess:
-            return
-        refused = min(excess - stored, fresh)
-        q.extend(overflow[stored:excess - refused])  # acknowledged before: never lost
-        if refused:
-            self.message_count -= refused
-            raise BackendFull(self.backend.error or "failed to write to the backend")
-
-    def _overflow_to_log(self, excess: int) -> None:
-        """Drop up to ``excess`` of the newest messages from memory and read
-        them from the topic log when their turn comes: the ones at the tail
-        whose offsets run up to the cursor (requeued messages stay)."""
-        q = self.queue
-        wal = self.wal
-        assert wal is not None
-        nxt = wal.next
-        dropped = 0
-        while dropped < excess and q and q[-1][5] == nxt - 1:
-            q.pop()
-            nxt -= 1
-            dropped += 1
-        if dropped:
-            wal.put_back(nxt)
+            if excess > 0:
+                store.overflow(self, excess, fresh, new)
 
     def capacity(self) -> int:
         """Messages this channel can take now without a backend.
@@ -256,23 +202,12 @@ class Channel:
         self._enqueue(entry(msg))
 
     def _enqueue(self, msg: Entry) -> None:
-        """Put an entry (a requeue, a due deferred message) at the tail."""
+        """Put an entry (a requeue, a due deferred message) at the tail:
+        past ``--mem-queue-size``, the store may take it; never lose an
+        acknowledged message, so memory grows past its limit otherwise."""
         q = self.queue
-        if len(q) < self.mem_queue_size or not self.backend.accepts_overflow or self.wal is not None:
-            # never lose an acknowledged message: without a backend that can
-            # take it, the memory queue grows past its limit instead (in a
-            # topic log it is on disk already, and it came from flight: the
-            # memory it takes was taken before)
+        if len(q) < self.mem_queue_size or not self.store.spill(self, msg):
             q.append(msg)
-        else:
-            self._to_backend(msg)
-
-    def _to_backend(self, msg: Entry) -> None:
-        # an acknowledged message: if the backend refuses it (a full or
-        # failing disk), it stays in memory past the bound rather than being
-        # lost, and /ping reports the error (as Go's SetHealth)
-        if not put_overflow(self.backend, [encode_message(msg[2], msg[3], msg[0], msg[1])], self.nsqd.set_health):
-            self.queue.append(msg)
 
     def _defer(self, e: Entry, due: float, persist: bool = True, refuse: bool = False) -> None:
         """Hold ``e`` until ``due`` (monotonic s), in the deferred log too.
@@ -355,17 +290,11 @@ class Channel:
                     break
 
     def _read_backend(self, n: int) -> list[Entry]:
-        """Up to ``n`` messages read (and removed) from the backend; from a
-        topic log, the ones still deferred go to the deferred heap."""
-        wal = self.wal
-        if wal is None:
-            return decode_entries(self.backend.read_many(n), f"CHANNEL({self.topic.name}:{self.name})")
+        """Up to ``n`` messages taken from the store; the ones still
+        deferred (a topic log's DPUB records) go to the deferred heap."""
+        store = self.store
         while True:
-            entries = wal.read_entries(n, time.time_ns())
-            if entries and entries[0][5] < wal.replay_end and (self.in_flight or self.deferred):
-                # read again after a rewind: one still in flight or deferred is not sent twice at once
-                in_flight, deferred = self.in_flight, self.deferred
-                entries = [e for e in entries if e[0] not in in_flight and e[0] not in deferred]
+            entries = store.read(self, n)
             if not any(map(_DEFER_MS, entries)):
                 return entries
             now = time.monotonic()
@@ -375,7 +304,7 @@ class Channel:
                     self._defer((e[0], e[1], e[2], e[3], 0, e[5]), now + e[4] / 1000.0, persist=False)
                 else:
                     ready.append(e)
-            if ready or not wal.depth:
+            if ready or not store.backend.depth:
                 return ready
 
     def _send(self, client: Subscriber, entries: list[Entry], now: float) -> None:
@@ -451,8 +380,8 @@ class Channel:
         latency (now - publish timestamp, ns) is recorded (Go
         ``FinishMessage``). Raises :class:`ChannelError`."""
         msg = self._pop_in_flight(client, msg_id)
-        if self.wal is not None:
-            self.wal.finish((msg[OFFSET],))
+        if self.store.tracks_offsets:
+            self.store.finish((msg[OFFSET],))
         if self.e2e is not None:
             self.e2e.insert(msg[TIMESTAMP])
 
@@ -462,8 +391,8 @@ class Channel:
         in order; the others are done."""
         pop = self.in_flight.pop
         e2e = self.e2e
-        wal = self.wal
-        track = e2e is not None or wal is not None
+        offsets = self.store.tracks_offsets
+        track = e2e is not None or offsets
         failed = []
         done = []
         for msg_id in msg_ids:
@@ -475,8 +404,8 @@ class Channel:
                 failed.append((msg_id, _NOT_OWNED))
             elif track:
                 done.append(msg)
-        if wal is not None:
-            wal.finish(map(_OFFSET_OF, done))
+        if offsets:
+            self.store.finish(map(_OFFSET_OF, done))
         if e2e is not None:
             insert = e2e.insert
             for msg in done:
@@ -519,11 +448,19 @@ class Channel:
         """Where this channel's dead letters go (None: no valid name)."""
         return dead_letter_topic(self.nsqd.options.dead_letter_topic, self.topic.name, self.name)
 
-    #: ``_dead_letter(msg) -> bool``: :func:`~nsq.server.nsqd.deadletter.dead_letter`
-    #: itself, not a wrapper (no extra call on REQ and timeout)
-    _dead_letter = dead_letter
+    def _dead_letter(self, msg: Message) -> bool:
+        """:func:`~nsq.server.nsqd.deadletter.dead_letter` of ``msg`` (at
+        its last attempt): True if it went to the dead-letter topic."""
+        return dead_letter(self, msg)
 
-    peek = channel_admin.peek
+    def peek(self, n: int) -> list[Entry]:
+        """The next ``n`` messages the channel would deliver, memory first,
+        then its store, changing nothing (depth, counters, positions);
+        deferred and in-flight messages are not included."""
+        out = list(itertools.islice(self.queue, n))
+        if len(out) < n:
+            out += self.store.peek(n - len(out))
+        return out
 
     # -- timers --------------------------------------------------------------
 
@@ -585,15 +522,78 @@ class Channel:
             log.info("CHANNEL(%s): ephemeral channel has no clients, deleting", self.name)
             self.topic.delete_channel(self.name)
 
-    # -- admin and lifecycle -------------------------------------------------
-    # the functions of channel_admin.py, taking the channel as ``self``: the
-    # same objects, so a call costs what a method defined here would
+    # -- admin and lifecycle (nsqio/nsq nsqd/channel.go Empty, flush, exit) ----
 
-    pause = channel_admin.pause
-    unpause = channel_admin.unpause
-    empty = channel_admin.empty
-    flush = channel_admin.flush
-    rewind = channel_admin.rewind
-    commit = channel_admin.commit
-    wal_attempts = channel_admin.wal_attempts
-    close = channel_admin.close
+    def pause(self) -> None:
+        """Stop delivering to clients (messages keep queueing); persisted."""
+        self.paused = True
+        self.nsqd.persist_metadata()
+
+    def unpause(self) -> None:
+        """Resume delivery; persisted."""
+        self.paused = False
+        self.nsqd.persist_metadata()
+        self.pump()
+
+    def empty(self) -> None:
+        """Drop every queued, in-flight and deferred message (as Go's Empty):
+        memory, store and deferred log; each client's in-flight count goes
+        to 0 and its readiness is checked again."""
+        self.queue.clear()
+        self.store.empty()
+        for client in self.clients.values():
+            client.in_flight_count = 0
+        self.in_flight.clear()
+        self._in_flight_pq.clear()
+        self._pq_refs = 0
+        self.deferred.clear()
+        self._deferred_pq.clear()
+        self._unlogged.clear()
+        if self.deferred_log is not None:
+            self.deferred_log.clear()
+        for client in self.clients.values():
+            self.client_ready(client)
+
+    def flush(self) -> int:
+        """At exit: the store keeps what is in memory, in flight and deferred
+        (:meth:`ChannelStore.flush`); empty afterwards. Returns how many
+        messages that was."""
+        count = self.store.flush(self)
+        self.queue.clear()
+        self.in_flight.clear()
+        self.deferred.clear()
+        self._in_flight_pq.clear()
+        self._deferred_pq.clear()
+        return count
+
+    def close(self, delete: bool) -> None:
+        """Close every subscribed client and stop the channel (Go's ``exit``).
+
+        With ``delete``, empty it and delete its store and deferred log;
+        otherwise flush what it holds to the store and close both. The
+        daemon forgets them either way.
+
+        Raises:
+            Whatever the flush raises, after the store and log are closed.
+        """
+        self.deleted = True
+        self.nsqd.forget_backend(self.backend)
+        for client in list(self.clients.values()):
+            client.close()
+        self.clients.clear()
+        self._ready.clear()
+        dlog = self.deferred_log
+        if dlog is not None:
+            self.nsqd.forget_backend(dlog)
+        if delete:
+            self.empty()
+            self.store.delete()
+            if dlog is not None:
+                dlog.delete()
+            return
+        try:
+            self.flush()
+        finally:
+            self.store.close()
+            if dlog is not None:
+                dlog.close()

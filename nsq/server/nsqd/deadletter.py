@@ -65,7 +65,7 @@ def dead_letter(channel: Channel, msg: Message) -> bool:
     dead-letter topic (id, body and timestamp kept, attempts 0).
 
     Counted in ``channel.dead_letter_count``; in a topic log it is finished
-    for the channel. ``Channel._dead_letter`` is this function.
+    for the channel (``Channel._dead_letter`` calls it).
 
     Returns:
         True if it went there; False if it cannot (an invalid topic name,
@@ -86,8 +86,8 @@ def dead_letter(channel: Channel, msg: Message) -> bool:
                   channel.topic.name, channel.name, msg[ID].decode("latin-1"), name, exc)
         return False
     channel.dead_letter_count += 1
-    if channel.wal is not None:
-        channel.wal.finish((msg[OFFSET],))  # done here: it lives on in the dead-letter topic
+    if channel.store.tracks_offsets:
+        channel.store.finish((msg[OFFSET],))  # done here: it lives on in the dead-letter topic
     return True
 
 

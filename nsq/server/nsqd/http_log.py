@@ -36,7 +36,7 @@ from aiohttp import web
 from nsq._internal.durations import format_duration, parse_duration
 from nsq.protocol.logpage import PAGE_HEADER, encode_page
 from nsq.server.httpapi import HTTPError, json_response, read_json_object
-from nsq.server.nsqd import channel_admin
+from nsq.server.nsqd.logstore import LogChannelStore, LogTopicStore
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.channel import Channel
@@ -112,7 +112,7 @@ def _wal_topic(nsqd: NSQD, request: web.Request) -> Topic:
     return topic
 
 
-def _wal_channel(nsqd: NSQD, request: web.Request) -> tuple[Topic, Channel]:
+def _wal_channel(nsqd: NSQD, request: web.Request) -> tuple[Topic, Channel, LogChannelStore]:
     topic = _wal_topic(nsqd, request)
     name = request.query.get("channel")
     if name is None:
@@ -120,7 +120,9 @@ def _wal_channel(nsqd: NSQD, request: web.Request) -> tuple[Topic, Channel]:
     channel = topic.channels.get(name)
     if channel is None:
         raise HTTPError(404, "CHANNEL_NOT_FOUND")
-    return topic, channel
+    store = channel.store
+    assert isinstance(store, LogChannelStore)  # every channel of a topic log
+    return topic, channel, store
 
 
 def offset_arg(request: web.Request, topic: Topic) -> int:
@@ -172,25 +174,27 @@ def add_routes(router: web.UrlDispatcher, nsqd: NSQD) -> None:
                 rb = doc["retention_bytes"]
                 if not isinstance(rb, int) or isinstance(rb, bool) or rb < 0:
                     raise HTTPError(400, "INVALID_RETENTION_BYTES")
+        store = topic.store
+        assert isinstance(store, LogTopicStore)
+        if request.method == "POST":
             try:
-                topic.set_retention(rt, rb)
+                store.set_retention(topic, rt, rb)
             except OSError:
                 raise HTTPError(500, "INTERNAL_ERROR") from None
-        return json_response({"retention_time": format_duration(topic.retention_time),
-                              "retention_bytes": topic.retention_bytes})
+        return json_response({"retention_time": format_duration(store.retention_time),
+                              "retention_bytes": store.retention_bytes})
 
     async def channel_rewind(request: web.Request) -> web.Response:
-        topic, channel = _wal_channel(nsqd, request)
+        topic, channel, store = _wal_channel(nsqd, request)
         offset = offset_arg(request, topic)
-        count = channel.rewind(offset)
+        count = store.rewind(channel, offset)
         return json_response({"offset": offset, "count": count})
 
     async def channel_commit(request: web.Request) -> web.Response:
-        topic, channel = _wal_channel(nsqd, request)
+        topic, channel, store = _wal_channel(nsqd, request)
         offset = offset_arg(request, topic)
-        channel.commit(offset)
-        assert channel.wal is not None
-        return json_response({"offset": channel_admin.position(channel), "depth": channel.depth})
+        store.commit(channel, offset)
+        return json_response({"offset": store.position(channel), "depth": channel.depth})
 
     async def topic_read(request: web.Request) -> web.Response:
         topic = _wal_topic(nsqd, request)

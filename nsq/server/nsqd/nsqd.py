@@ -23,6 +23,8 @@ from nsq._internal.neterrors import listen_errors
 from nsq.server.nsqd.backend import BackendQueue
 from nsq.server.nsqd.datapath import DataPath
 from nsq.server.nsqd.drain import DrainController
+from nsq.server.nsqd.logstore import LogTopicStore
+from nsq.server.nsqd.queuestore import QueueTopicStore
 from nsq.server.nsqd.deadletter import ChannelSettings
 from nsq.server.nsqd.lookup import Lookupds
 from nsq.server.nsqd.metadata import MetadataStore
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from nsq.server.nsqd.deferredlog import DeferredLog
     from nsq.server.nsqd.http import NSQDHTTPServer
     from nsq.server.nsqd.statsd import StatsdPusher
+    from nsq.server.nsqd.stores import TopicStore
 
 __all__ = ["NSQD", "split_host_port"]
 
@@ -315,9 +318,12 @@ class NSQD:
         topic = self.topics.get(name)
         if topic is None:
             ephemeral = name.endswith("#ephemeral")
+            # the storage engine is chosen here, once: the topic's store
+            # makes its channels' (nsq/server/nsqd/stores.py)
             topic_log = self.disk.make_topic_log(name, ephemeral)
-            backend = None if topic_log is not None else self.make_backend(name, ephemeral)
-            topic = Topic(self, name, backend, topic_log)
+            store: TopicStore = (LogTopicStore(self, name, topic_log) if topic_log is not None
+                                 else QueueTopicStore(self, self.make_backend(name, ephemeral)))
+            topic = Topic(self, name, store)
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
             if not topic.ephemeral:
@@ -466,8 +472,6 @@ class NSQD:
         batches = []
         files: list[tuple[str, bytes]] = []
         for topic in list(self.topics.values()):
-            if topic.log is None:
-                continue
             topic_files, what = topic.checkpoints()
             batches.append((topic, what, len(topic_files)))
             files += topic_files

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nsq import NSQ_VERSION
 from nsq._internal.durations import format_duration
-from nsq.server.nsqd import channel_admin
+from nsq.server.nsqd.logstore import LogChannelStore, LogTopicStore
 from nsq.server.nsqd.memstats import MemoryStats, memory_stats
 from nsq.server.nsqd.quantile import WindowedQuantile, merged_result
 
@@ -414,7 +414,8 @@ def client_stats(client: ClientV2, topic: str = "") -> ClientStats:
 def channel_stats(channel: Channel, host: str, include_clients: bool) -> ChannelStats:
     """One channel's stats (Go ``NewChannelStats``)."""
     e2e = channel.e2e
-    wal = channel.wal
+    store = channel.store
+    wal = store if isinstance(store, LogChannelStore) else None
     clients = channel.clients
     return ChannelStats(
         channel.name,  # channel_name
@@ -432,8 +433,8 @@ def channel_stats(channel: Channel, host: str, include_clients: bool) -> Channel
         [c.stats() for c in clients.values()] if include_clients else None,
         channel.paused,  # paused
         e2e_latency([e2e] if e2e is not None else [], channel.topic.name, channel.name, host),
-        channel_admin.position(channel) if wal is not None else None,  # offset
-        wal.committed() if wal is not None else None,  # committed_offset
+        wal.position(channel) if wal is not None else None,  # offset
+        wal.cursor.committed() if wal is not None else None,  # committed_offset
     )
 
 
@@ -460,8 +461,9 @@ def topic_stats(topic: Topic, host: str, channel_filter: str, include_clients: b
 
 def log_stats(topic: Topic) -> TopicLogStats:
     """A ``--storage=wal`` topic's log figures (its ``log`` must be set)."""
-    tlog = topic.log
-    assert tlog is not None
+    store = topic.store
+    assert isinstance(store, LogTopicStore)
+    tlog = store.log
     oldest = tlog.timestamp_at(tlog.first) if tlog.first < tlog.head else None
     return TopicLogStats(
         head_offset=tlog.head,
@@ -469,8 +471,8 @@ def log_stats(topic: Topic) -> TopicLogStats:
         first_offset=tlog.first,
         retained_bytes=tlog.retained_bytes,
         oldest_timestamp=oldest or 0,
-        retention_time=format_duration(topic.retention_time),
-        retention_bytes=topic.retention_bytes,
+        retention_time=format_duration(store.retention_time),
+        retention_bytes=store.retention_bytes,
     )
 
 
