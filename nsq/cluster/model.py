@@ -14,7 +14,7 @@ Counts are messages; depths are messages queued (memory + disk); times are
 Unix seconds; e2e latencies are nanoseconds.
 
 An nsqd started with ``--storage=wal`` (this project's, beyond Go: its topic
-log, ``nsq/server/nsqd/http_log.py``) adds to each topic of its ``/stats``
+log, ``nsq/server/nsqd/http/replay.py``) adds to each topic of its ``/stats``
 the log's window (``head_offset``, ``first_offset``, ``retained_bytes``,
 ``oldest_timestamp`` in ns, ``retention_time``, ``retention_bytes``: a
 :class:`TopicLog`) and to each channel its ``offset``; other nsqds leave

@@ -1,7 +1,7 @@
 """What rewinding a channel asks of and hears from an nsqd started with
 ``--storage=wal`` (this project's topic log, beyond Go nsqd): the point in
 time the user gives, and the error codes of ``POST /channel/rewind``
-(``nsq/server/nsqd/http_log.py``; docs/reference/http.md, "Retention,
+(``nsq/server/nsqd/http/replay.py``; docs/reference/http.md, "Retention,
 replay and reading by offset").
 
 ``POST /channel/rewind?topic=T&channel=C&since=S`` makes the channel
@@ -24,7 +24,7 @@ from nsq.client.lookupd import HTTPAPIError
 __all__ = ["NEEDS_STORAGE_WAL", "OFFSET_NOT_RETAINED", "error_code", "format_time", "is_time", "parse_since"]
 
 #: nsqd's 400 answer to a rewind on an nsqd without a topic log
-#: (``--storage=diskqueue``), as ``nsq/server/nsqd/http_log.py`` words it
+#: (``--storage=diskqueue``), as ``nsq/server/nsqd/http/replay.py`` words it
 NEEDS_STORAGE_WAL = "NEEDS_STORAGE_WAL: start nsqd with --storage=wal"
 #: nsqd's 400 answer when the time is before the oldest retained message
 #: (the same request with ``clamp=true`` rewinds to the oldest instead)

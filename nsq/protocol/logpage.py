@@ -6,7 +6,7 @@ A page is the messages of a topic log from an offset on, each::
      8 bytes     8 bytes           2 bytes       16 bytes    4 bytes   size bytes
 
 all big-endian (docs/reference/http.md, "Retention, replay and reading by
-offset"). nsqd writes it (nsq/server/nsqd/http_log.py), the Spark source's
+offset"). nsqd writes it (nsq/server/nsqd/http/replay.py), the Spark source's
 executors read it (nsq/spark/logread.py).
 """
 

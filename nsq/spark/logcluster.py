@@ -6,7 +6,7 @@ discovery (:func:`nsq.client.lookupd.topic_producers`, ``/nodes``) and
 nsqd's HTTP API (:class:`nsq.cluster.nsqd.NSQDHTTPClient`), every nsqd
 asked concurrently. The nsqd endpoints (``--storage=wal`` only; see
 docs/reference/http.md "Retention, replay and reading by offset" and
-nsq/server/nsqd/http_log.py):
+nsq/server/nsqd/http/replay.py):
 
 - ``GET /stats?format=json&topic=T``: per topic ``head_offset`` (the next
   message's offset) and ``first_offset`` (the oldest retained), per

@@ -3,7 +3,7 @@
 A task of the offsets source reads offsets ``[start, end)`` of one topic on
 one nsqd with ``GET /topic/read?topic=T&offset=N&limit=K&max_bytes=B``
 (nsqd ``--storage=wal``; docs/reference/http.md "Retention, replay and
-reading by offset", nsq/server/nsqd/http_log.py), paging on with the
+reading by offset", nsq/server/nsqd/http/replay.py), paging on with the
 ``X-NSQ-Next-Offset`` header until ``end``. A page is up to ``K``
 (at most 10000) messages, each::
 

@@ -21,8 +21,8 @@ import urllib.request
 
 import pytest
 
-from nsq.server.nsqd.deferredlog import DeferredLog
-from nsq.server.nsqd.diskqueue import DiskQueue
+from nsq.server.nsqd.storage.deferredlog import DeferredLog
+from nsq.server.nsqd.storage.diskqueue import DiskQueue
 
 from ..server.helpers import Conn, error_json, wait_for
 from .daemons import MiB, NSQDDaemon, scale

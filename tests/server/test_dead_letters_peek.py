@@ -11,7 +11,7 @@ import time
 import pytest
 
 from nsq.client import Consumer, Producer
-from nsq.server.nsqd.deadletter import dead_letter_topic
+from nsq.server.nsqd.delivery.deadletter import dead_letter_topic
 
 from .helpers import HTTP, Conn, wait_for
 
@@ -248,7 +248,7 @@ async def test_our_client_gives_up_through_the_server(make_nsqd):
 
 
 async def test_channel_config_changes_only_once_persisted(make_nsqd, session, tmp_path, monkeypatch):
-    from nsq.server.nsqd import deadletter
+    from nsq.server.nsqd.delivery import deadletter
 
     d = await make_nsqd(data_path=str(tmp_path), max_attempts=3)
     http = HTTP(session, d.http_port)

@@ -11,8 +11,8 @@ import struct
 
 import pytest
 
-from nsq.server.nsqd.backend import BackendFull, BackendQueue
-from nsq.server.nsqd.diskqueue import DiskQueue
+from nsq.server.nsqd.storage.backend import BackendFull, BackendQueue
+from nsq.server.nsqd.storage.diskqueue import DiskQueue
 
 MIN = 26  # nsqd: 8 ts + 2 attempts + 16 id
 MAX = 1024 + 26

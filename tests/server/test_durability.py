@@ -75,7 +75,7 @@ async def test_stats_show_backend_depth(tmp_path):
         d.get_topic("t").get_channel("c")
         async with Producer(d.tcp_address) as p:
             await p.multi_publish("t", [b"x"] * 5)
-        from nsq.server.nsqd.stats import get_stats
+        from nsq.server.nsqd.stats.collect import get_stats
 
         stats = get_stats(d)
         ch = stats["topics"][0]["channels"][0]

@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from nsq.server.nsqd.options import OPTION_SPECS, ConfigError, NSQDOptions, coerce
-from nsq.server.nsqd.quantile import (
+from nsq.server.nsqd.delivery.quantile import (
     BUFFER_SIZE,
     TargetedStream,
     WindowedQuantile,
@@ -29,7 +29,7 @@ from nsq.server.nsqd.quantile import (
     query_summary,
     target_epsilon,
 )
-from nsq.server.nsqd.stats_text import nanoseconds_to_human
+from nsq.server.nsqd.stats.text import nanoseconds_to_human
 from nsq.server.nsqd.nsqd import NSQD
 
 from .helpers import HTTP, Conn, c, wait_for

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from nsq.server.nsqd.backend import DiscardBackend
+from nsq.server.nsqd.storage.backend import DiscardBackend
 from tests.server.helpers import HTTP
 
 

@@ -45,7 +45,9 @@ async def roundtrip(nsqd, identify: dict, n: int = 200, **conn) -> tuple[list[by
 
 def client_stats(nsqd) -> list[dict]:
     """Each connection's /stats client object."""
-    return [c.stats().to_json() for c in nsqd.clients.values()]
+    from nsq.server.nsqd.stats.collect import client_stats as stats_of
+
+    return [stats_of(c).to_json() for c in nsqd.clients.values()]
 
 
 @pytest.mark.parametrize("features", [{"snappy": True}, {"deflate": True, "deflate_level": 9}])

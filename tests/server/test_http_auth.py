@@ -1,11 +1,11 @@
 """AUTH on nsqd's HTTP(S) API (``--http-auth-required``, beyond Go nsqd):
-the middleware of :mod:`nsq.server.nsqd.httpauth` against a local auth
+the middleware of :mod:`nsq.server.nsqd.http.auth` against a local auth
 server, on an aiohttp app of its own and on a real nsqd (plain HTTP and
 HTTPS with a client certificate), the ``/stats`` filter, and the clients
 (``NSQDHTTPClient``, ``Cluster``, ``nsq admin`` / ``nsq stat`` flags).
 
 The tests marked ``nsqd`` need the middleware wired into
-``nsq/server/nsqd/http.py`` (``NSQDHTTPServer``: the middleware after
+``nsq/server/nsqd/http/api.py`` (``NSQDHTTPServer``: the middleware after
 ``_tls_required``, :func:`filter_stats` in the ``/stats`` handler).
 """
 
@@ -28,8 +28,8 @@ from nsq.client.tls import client_context
 from nsq.cluster.nsqd import NSQDHTTPClient, NSQDHTTPError
 from nsq.cluster.poller import Cluster
 from nsq.server.httpapi import HTTPListener, json_response
-from nsq.server.nsqd.auth import parse_auth_response
-from nsq.server.nsqd.httpauth import (
+from nsq.server.nsqd.tcp.auth import parse_auth_response
+from nsq.server.nsqd.http.auth import (
     AUTH_KEY,
     HTTPAuthCache,
     auth_middleware,
@@ -38,10 +38,10 @@ from nsq.server.nsqd.httpauth import (
     may_subscribe_topic,
     required_grant,
 )
-from nsq.server.nsqd.memstats import MemoryStats
+from nsq.server.nsqd.stats.memstats import MemoryStats
 from nsq.server.nsqd.nsqd import NSQD
 from nsq.server.nsqd.options import ConfigError, NSQDOptions, load_config
-from nsq.server.nsqd.stats import (
+from nsq.server.nsqd.stats.collect import (
     ChannelStats,
     ClientStats,
     E2ELatency,
@@ -385,7 +385,7 @@ def test_stat_flag_and_env(monkeypatch):
 
 def _wired(nsqd: NSQD) -> None:
     assert any(hasattr(m, "cache") for m in nsqd._http.app.middlewares), \
-        "the HTTP auth middleware is not wired into nsq/server/nsqd/http.py"
+        "the HTTP auth middleware is not wired into nsq/server/nsqd/http/api.py"
 
 
 async def test_nsqd_open_by_default(make_nsqd, authd):

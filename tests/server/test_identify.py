@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nsq.protocol.errors import ClientError
-from nsq.server.nsqd.identify import Negotiated, initial, negotiate
+from nsq.server.nsqd.tcp.identify import Negotiated, initial, negotiate
 from nsq.server.nsqd.options import NSQDOptions
 
 NOW = Negotiated(client_id="10.0.0.1", hostname="10.0.0.1", user_agent="", heartbeat_interval=30.0,

@@ -25,9 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from nsq.protocol import commands as c
 from nsq.server.lookupd import NSQLookupd
 from nsq.server.lookupd import metrics as lookupd_metrics
-from nsq.server.nsqd import metrics as nsqd_metrics
+from nsq.server.nsqd.stats import metrics as nsqd_metrics
 from nsq.server.nsqd.nsqd import NSQD
-from nsq.server.nsqd.stats import get_stats
+from nsq.server.nsqd.stats.collect import get_stats
 
 from .helpers import HTTP, Conn, wait_for
 

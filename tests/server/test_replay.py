@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from nsq.server.nsqd.http_log import READ_HEADER, parse_since
+from nsq.server.nsqd.http.replay import READ_HEADER, parse_since
 
 from .helpers import HTTP
 from .test_topiclog import _consume

@@ -14,7 +14,7 @@ import pytest
 
 from nsq.server.nsqd.nsqd import NSQD
 from nsq.server.nsqd.options import OPTION_SPECS, ConfigError, NSQDOptions
-from nsq.server.nsqd.statsd import host_key, metric_line, pack_lines, resolve_prefix
+from nsq.server.nsqd.stats.statsd import host_key, metric_line, pack_lines, resolve_prefix
 
 from .helpers import HTTP, Conn, c, wait_for
 

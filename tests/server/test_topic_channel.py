@@ -10,9 +10,9 @@ import pytest
 import time
 from typing import NamedTuple
 
-from nsq.server.nsqd.identify import Negotiated
-from nsq.server.nsqd.message import ATTEMPTS, BODY, ID
-from nsq.server.nsqd.topic import Topic
+from nsq.server.nsqd.tcp.identify import Negotiated
+from nsq.server.nsqd.storage.message import ATTEMPTS, BODY, ID
+from nsq.server.nsqd.delivery.topic import Topic
 
 #: every test here runs with --storage=diskqueue and --storage=wal (tests/server/conftest.py)
 pytestmark = pytest.mark.both_storages

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from nsq.protocol import commands as c
-from nsq.server.nsqd.cursor import RangeSet
-from nsq.server.nsqd.topiclog import TopicLog, encode_batch, encode_record
+from nsq.server.nsqd.storage.cursor import RangeSet
+from nsq.server.nsqd.storage.topiclog import TopicLog, encode_batch, encode_record
 
 from .helpers import Conn
 
@@ -134,8 +134,8 @@ def test_segments_below_the_floor_are_deleted_never_the_newest(tmp_path):
 
 
 def test_a_full_disk_refuses_the_append_and_keeps_the_log_whole(tmp_path, monkeypatch):
-    from nsq.server.nsqd import topiclog
-    from nsq.server.nsqd.backend import BackendFull
+    from nsq.server.nsqd.storage import topiclog
+    from nsq.server.nsqd.storage.backend import BackendFull
 
     tlog = TopicLog("t", str(tmp_path / "t.wal"), 1 << 20, 100)
     tlog.append(_records(5))
@@ -475,7 +475,7 @@ def test_diskqueue_mode_refuses_a_data_path_a_wal_nsqd_used_even_without_logs(tm
 
 
 def test_an_mpub_larger_than_a_segment_is_split_across_segments(tmp_path):
-    from nsq.server.nsqd.topiclog import TopicLog, encode_record
+    from nsq.server.nsqd.storage.topiclog import TopicLog, encode_record
 
     tlog = TopicLog("t", str(tmp_path / "t.wal"), 16384, 0)
     body = b"x" * 1024

@@ -37,7 +37,7 @@ from nsq._internal.addresses import fmt_addr, split_host_port
 if TYPE_CHECKING:
     from nsq.client.lookupd import LookupdHTTPClient
     from nsq.server.nsqd.nsqd import NSQD
-    from nsq.server.nsqd.topic import Topic
+    from nsq.server.nsqd.delivery.topic import Topic
 
 __all__ = ["LookupPeer", "Lookupds"]
 

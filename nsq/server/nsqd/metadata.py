@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from nsq import NSQ_VERSION
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
-from nsq.server.nsqd.atomicfile import replace_atomically
+from nsq.server.nsqd.storage.atomicfile import replace_atomically
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.nsqd import NSQD

@@ -20,28 +20,28 @@ from nsq.protocol.v2 import Limits
 from nsq._internal.addresses import fmt_addr as _fmt_addr
 from nsq._internal.addresses import split_host_port
 from nsq._internal.neterrors import listen_errors
-from nsq.server.nsqd.backend import BackendQueue
-from nsq.server.nsqd.datapath import DataPath
+from nsq.server.nsqd.storage.backend import BackendQueue
+from nsq.server.nsqd.storage.datapath import DataPath
 from nsq.server.nsqd.drain import DrainController
-from nsq.server.nsqd.logstore import LogTopicStore
-from nsq.server.nsqd.queuestore import QueueTopicStore
-from nsq.server.nsqd.deadletter import ChannelSettings
+from nsq.server.nsqd.delivery.logstore import LogTopicStore
+from nsq.server.nsqd.delivery.queuestore import QueueTopicStore
+from nsq.server.nsqd.delivery.deadletter import ChannelSettings
 from nsq.server.nsqd.lookup import Lookupds
 from nsq.server.nsqd.metadata import MetadataStore
 from nsq.server.nsqd.options import ConfigError, NSQDOptions, validate
-from nsq.server.nsqd.output import Output
-from nsq.server.nsqd.topic import Topic
+from nsq.server.nsqd.tcp.output import Output
+from nsq.server.nsqd.delivery.topic import Topic
 from nsq.server.spin import Spinner
 
 if TYPE_CHECKING:
     import aiohttp
 
-    from nsq.server.nsqd.channel import Channel
-    from nsq.server.nsqd.client_v2 import ClientV2
-    from nsq.server.nsqd.deferredlog import DeferredLog
-    from nsq.server.nsqd.http import NSQDHTTPServer
-    from nsq.server.nsqd.statsd import StatsdPusher
-    from nsq.server.nsqd.stores import TopicStore
+    from nsq.server.nsqd.delivery.channel import Channel
+    from nsq.server.nsqd.tcp.client_v2 import ClientV2
+    from nsq.server.nsqd.storage.deferredlog import DeferredLog
+    from nsq.server.nsqd.http.api import NSQDHTTPServer
+    from nsq.server.nsqd.stats.statsd import StatsdPusher
+    from nsq.server.nsqd.delivery.stores import TopicStore
 
 __all__ = ["NSQD", "split_host_port"]
 
@@ -135,9 +135,9 @@ class NSQD:
             OSError: the data path cannot be locked or read.
             ConfigError: a bad statsd / e2e option (a ValueError).
         """
-        from nsq.server.nsqd.client_v2 import ClientV2
-        from nsq.server.nsqd.http import NSQDHTTPServer
-        from nsq.server.nsqd.memstats import GC_PAUSES
+        from nsq.server.nsqd.tcp.client_v2 import ClientV2
+        from nsq.server.nsqd.http.api import NSQDHTTPServer
+        from nsq.server.nsqd.stats.memstats import GC_PAUSES
 
         try:
             validate(self.options)
@@ -201,7 +201,7 @@ class NSQD:
         self._scan_task = self._loop.create_task(self._scan_loop())
         if self.options.nsqlookupd_tcp_addresses:
             self.lookupds.set_addresses(self.options.nsqlookupd_tcp_addresses)
-        from nsq.server.nsqd.statsd import StatsdPusher, resolve_prefix
+        from nsq.server.nsqd.stats.statsd import StatsdPusher, resolve_prefix
 
         # as Go's New(): the prefix's %s becomes this nsqd's host key
         self.options.statsd_prefix = resolve_prefix(self.options.statsd_prefix, self.options.broadcast_address,
@@ -253,7 +253,7 @@ class NSQD:
         if self.statsd is not None:
             await self.statsd.stop()
         if self._gc_pauses_held:
-            from nsq.server.nsqd.memstats import GC_PAUSES
+            from nsq.server.nsqd.stats.memstats import GC_PAUSES
 
             GC_PAUSES.release()
             self._gc_pauses_held = False
@@ -319,7 +319,7 @@ class NSQD:
         if topic is None:
             ephemeral = name.endswith("#ephemeral")
             # the storage engine is chosen here, once: the topic's store
-            # makes its channels' (nsq/server/nsqd/stores.py)
+            # makes its channels' (nsq/server/nsqd/delivery/stores.py)
             topic_log = self.disk.make_topic_log(name, ephemeral)
             store: TopicStore = (LogTopicStore(self, name, topic_log) if topic_log is not None
                                  else QueueTopicStore(self, self.make_backend(name, ephemeral)))

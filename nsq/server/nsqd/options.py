@@ -51,7 +51,7 @@ class NSQDOptions:
     sync_timeout: float = 2.0
     # beyond Go: "diskqueue" (Go's format: a disk queue per topic and per
     # channel) or "wal" (one log per topic, channels as cursors:
-    # nsq/server/nsqd/topiclog.py)
+    # nsq/server/nsqd/storage/topiclog.py)
     storage: str = "diskqueue"
     # --storage=wal only: keep messages every channel has finished this long
     # after they were published (s) / up to this many bytes per topic (0: off)

@@ -48,7 +48,7 @@ class Negotiated:
     """A V2 connection's settings, as its last IDENTIFY left them (Go:
     the fields ``clientV2.Identify`` sets in nsqd/client_v2.go). The
     connection holds one (:attr:`ClientV2.negotiated
-    <nsq.server.nsqd.client_v2.ClientV2.negotiated>`); its channel reads
+    <nsq.server.nsqd.tcp.client_v2.ClientV2.negotiated>`); its channel reads
     ``msg_timeout`` and ``sample_rate`` from there.
 
     Attributes:

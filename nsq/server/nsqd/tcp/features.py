@@ -1,11 +1,11 @@
 """What a V2 connection negotiated beyond its settings: the TLS and
 compression upgrades an IDENTIFY asks for, and AUTH against the auth servers.
 
-:class:`Features` is owned by :class:`~nsq.server.nsqd.client_v2.ClientV2`
+:class:`Features` is owned by :class:`~nsq.server.nsqd.tcp.client_v2.ClientV2`
 (``client.features``); its methods take the connection as an argument, so
 the two objects hold no reference cycle (a closed connection is freed by
 reference counting). The settings an IDENTIFY settles are
-:func:`nsq.server.nsqd.identify.negotiate`'s, kept by the connection as
+:func:`nsq.server.nsqd.tcp.identify.negotiate`'s, kept by the connection as
 ``client.negotiated``. Go: nsqd/protocol_v2.go ``IDENTIFY``, ``AUTH``,
 ``CheckAuth``; nsqd/client_v2.go ``UpgradeTLS``, ``UpgradeDeflate``,
 ``UpgradeSnappy``, ``QueryAuthd``.
@@ -37,9 +37,9 @@ from nsq.protocol.frames import FRAME_TYPE_RESPONSE, OK, encode_frame
 from nsq.server.tls import peer_common_name
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.auth import AuthState
-    from nsq.server.nsqd.client_v2 import ClientV2
-    from nsq.server.nsqd.identify import Identified
+    from nsq.server.nsqd.tcp.auth import AuthState
+    from nsq.server.nsqd.tcp.client_v2 import ClientV2
+    from nsq.server.nsqd.tcp.identify import Identified
 
 __all__ = ["Features", "Suspend"]
 
@@ -170,7 +170,7 @@ class Features:
         raise Suspend(task, lambda fut: self._auth_done(conn, fut))
 
     async def _query_auth(self, conn: ClientV2) -> AuthState:
-        from nsq.server.nsqd.auth import query_any_authd
+        from nsq.server.nsqd.tcp.auth import query_any_authd
 
         remote_ip = conn.remote_address.rsplit(":", 1)[0].strip("[]")
         nsqd = conn.nsqd

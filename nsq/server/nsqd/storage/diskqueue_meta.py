@@ -4,7 +4,7 @@ The meta file ``<name>.diskqueue.meta.dat`` is ``"%d\\n%d,%d\\n%d,%d\\n"`` of
 depth, read file number, read position, write file number, write position
 (go-diskqueue diskqueue.go ``persistMetaData`` / ``retrieveMetaData``).
 
-It is replaced atomically (:func:`~nsq.server.nsqd.atomicfile.replace_atomically`,
+It is replaced atomically (:func:`~nsq.server.nsqd.storage.atomicfile.replace_atomically`,
 then the directory is fsynced). On a full disk, where no temp file fits, it
 is rewritten in place: it is under 100 bytes, inside the block it already
 has. A meta file that is missing while data files exist, or that cannot be

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from nsq.protocol.errors import NSQError
 from nsq.protocol.names import is_valid_topic_name
-from nsq.server.nsqd.atomicfile import replace_atomically
-from nsq.server.nsqd.message import BODY, ID, NO_OFFSET, OFFSET, TIMESTAMP, Message
+from nsq.server.nsqd.storage.atomicfile import replace_atomically
+from nsq.server.nsqd.storage.message import BODY, ID, NO_OFFSET, OFFSET, TIMESTAMP, Message
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.channel import Channel
+    from nsq.server.nsqd.delivery.channel import Channel
 
 __all__ = ["dead_letter_topic", "dead_letter", "ChannelSettings", "SETTINGS_FILE", "EPHEMERAL"]
 

@@ -24,12 +24,12 @@ import time
 from typing import TYPE_CHECKING
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH, decode_message
-from nsq.server.nsqd.atomicfile import replace_atomically
-from nsq.server.nsqd.topiclog import encode_record
+from nsq.server.nsqd.storage.atomicfile import replace_atomically
+from nsq.server.nsqd.storage.topiclog import encode_record
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.options import NSQDOptions
-    from nsq.server.nsqd.topiclog import TopicLog
+    from nsq.server.nsqd.storage.topiclog import TopicLog
 
 __all__ = ["check_data_path", "mark_data_path", "take_over", "STATE_FILE"]
 
@@ -87,7 +87,7 @@ def mark_data_path(path: str) -> None:
 
 def _drain(name: str, data_path: str, options: NSQDOptions) -> list[bytes]:
     """Every record of the disk queue ``name`` (then removed), oldest first."""
-    from nsq.server.nsqd.diskqueue import DiskQueue
+    from nsq.server.nsqd.storage.diskqueue import DiskQueue
 
     dq = DiskQueue(name, data_path, max_bytes_per_file=options.max_bytes_per_file, min_msg_size=MIN_MESSAGE_LENGTH,
                    max_msg_size=options.max_msg_size + MIN_MESSAGE_LENGTH, sync_every=options.sync_every,
@@ -146,7 +146,7 @@ def take_over(topic: str, data_path: str, topic_log: TopicLog, options: NSQDOpti
         if channel in deferred:
             # deferred messages live only in the deferred log in this format:
             # the log gets them too, the deferred log keeps their due times
-            from nsq.server.nsqd.deferredlog import DeferredLog
+            from nsq.server.nsqd.storage.deferredlog import DeferredLog
 
             dlog = DeferredLog(f"{topic}:{channel}", data_path, options.sync_every)
             for msg_id, (due_ns, ts, attempts, body) in dlog.pending.items():

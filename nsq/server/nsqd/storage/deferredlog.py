@@ -40,8 +40,8 @@ import os
 import struct
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH, decode_message
-from nsq.server.nsqd.atomicfile import replace_atomically
-from nsq.server.nsqd.syncpolicy import AppendFile
+from nsq.server.nsqd.storage.atomicfile import replace_atomically
+from nsq.server.nsqd.storage.syncpolicy import AppendFile
 
 __all__ = ["DeferredLog"]
 

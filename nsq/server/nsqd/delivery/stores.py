@@ -1,7 +1,7 @@
 """The storage engines behind a topic and its channels: one interface per role.
 
-A :class:`~nsq.server.nsqd.topic.Topic` and a
-:class:`~nsq.server.nsqd.channel.Channel` hold delivery (consumers, memory
+A :class:`~nsq.server.nsqd.delivery.topic.Topic` and a
+:class:`~nsq.server.nsqd.delivery.channel.Channel` hold delivery (consumers, memory
 queues, in flight, deferred, timeouts, RDY, dead letters, counts) and call
 their store, a :class:`TopicStore` or :class:`ChannelStore`, wherever the
 engine matters; they never ask which one they have (Go keeps
@@ -10,9 +10,9 @@ go-diskqueue the same way). Two engines implement both roles:
 
 - the memory queue + Go disk queue engine (``--storage=diskqueue``, and
   every ephemeral or memory-only topic):
-  :mod:`nsq.server.nsqd.queuestore`;
+  :mod:`nsq.server.nsqd.delivery.queuestore`;
 - the topic log + cursor engine (``--storage=wal``):
-  :mod:`nsq.server.nsqd.logstore` (docs/operations/durability.md, "The
+  :mod:`nsq.server.nsqd.delivery.logstore` (docs/operations/durability.md, "The
   topic log").
 
 The daemon chooses the engine once, where it makes a topic
@@ -29,12 +29,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.backend import BackendQueue
-    from nsq.server.nsqd.channel import Channel
-    from nsq.server.nsqd.cursor import ChannelCursor
-    from nsq.server.nsqd.message import Entry
-    from nsq.server.nsqd.topic import Topic
-    from nsq.server.nsqd.topiclog import TopicLog
+    from nsq.server.nsqd.storage.backend import BackendQueue
+    from nsq.server.nsqd.delivery.channel import Channel
+    from nsq.server.nsqd.storage.cursor import ChannelCursor
+    from nsq.server.nsqd.storage.message import Entry
+    from nsq.server.nsqd.delivery.topic import Topic
+    from nsq.server.nsqd.storage.topiclog import TopicLog
 
 __all__ = ["TopicStore", "ChannelStore", "StoreError"]
 
@@ -52,8 +52,11 @@ class ChannelStore(Protocol):
             ``backend_depth`` (messages not in memory) and whose ``error``
             says why its disk fails (None while it works).
         cursor: the channel's position in its topic's log, or None.
-        tracks_offsets: FINs and dead letters must be reported
-            (:meth:`finish`).
+        tracks_offsets: the store keeps positions by offset: what the
+            channel takes (:meth:`took`), finishes or dead-letters
+            (:meth:`finish`) must be reported, and new messages may have to
+            queue behind its backlog (:meth:`behind`); False: none of these
+            is called.
         persist_deferred: a DPUB's deferral goes to the channel's deferred
             log (False: the store keeps the delay itself).
     """
@@ -125,8 +128,11 @@ class TopicStore(Protocol):
         log: the topic log, or None (outside delivery code reads its figures).
         checks_room: a publish must find room in the memory queues that
             cannot overflow (no log to keep it).
-        holds_in_memory: a message held for the first channel may go to the
-            topic's memory queue without the store (no log to append to).
+        appends: every message is stored as it is published
+            (:meth:`append_one`, :meth:`handed_on`); False: the memory queues
+            hold them (a message held for the first channel goes to the
+            topic's memory queue without the store), and those two are not
+            called.
     """
 
     @property
@@ -136,7 +142,7 @@ class TopicStore(Protocol):
     @property
     def checks_room(self) -> bool: ...
     @property
-    def holds_in_memory(self) -> bool: ...
+    def appends(self) -> bool: ...
 
     def append(self, ids: list[bytes], bodies: list[bytes], ts: int, defer_ms: int) -> Iterable[int]:
         """Store new messages; their offsets (:data:`NO_OFFSET` without a log).

@@ -1,7 +1,7 @@
 """A disk-backed FIFO queue in the go-diskqueue file format.
 
 nsqd overflows each durable topic and channel to one of these queues (see
-:mod:`nsq.server.nsqd.backend`). Files are byte-for-byte what Go nsqd 1.2
+:mod:`nsq.server.nsqd.storage.backend`). Files are byte-for-byte what Go nsqd 1.2
 (``github.com/nsqio/go-diskqueue``) writes, so a data directory can move
 between Go nsqd and this one in either direction.
 
@@ -22,7 +22,7 @@ attempts, 16-byte id, body), so ``min_msg_size`` is 26. A size outside
 ``[min_msg_size, max_msg_size]`` on read means the file is corrupt.
 
 The meta file (depth and the read and write positions) and its recovery
-by scanning are in :mod:`nsq.server.nsqd.diskqueue_meta`.
+by scanning are in :mod:`nsq.server.nsqd.storage.diskqueue_meta`.
 
 Faults. A failed write leaves the queue state as it was (the caller refuses
 the publish) and sets :attr:`DiskQueue.error` until a write succeeds again.

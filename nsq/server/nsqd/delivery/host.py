@@ -1,13 +1,18 @@
 """What a topic and its channels may ask of the daemon that holds them,
-and what a channel needs of a subscribed consumer connection.
+what a channel needs of a subscribed consumer connection, and what the
+connections, stats and the HTTP API may ask of the daemon.
 
-:class:`~nsq.server.nsqd.topic.Topic` and
-:class:`~nsq.server.nsqd.channel.Channel` see the daemon only through
+:class:`~nsq.server.nsqd.delivery.topic.Topic` and
+:class:`~nsq.server.nsqd.delivery.channel.Channel` see the daemon only through
 :class:`QueueHost` (a ``typing.Protocol``; :class:`~nsq.server.nsqd.nsqd.NSQD`
 implements it), so what they depend on is listed in one place and a test
 can hold them in any object that has these members. Go's topic.go and
 channel.go reach into ``*NSQD`` the same way (``t.nsqd.Notify``,
 ``c.nsqd.SetHealth`` ...), through its whole type.
+
+:class:`DaemonHost` is the daemon as the rooms above delivery (``tcp``,
+``stats``, ``http``) see it: they import it from here, never the daemon
+itself, so imports go one way (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -16,15 +21,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.backend import BackendQueue
-    from nsq.server.nsqd.channel import Channel
-    from nsq.server.nsqd.deferredlog import DeferredLog
-    from nsq.server.nsqd.identify import Negotiated
-    from nsq.server.nsqd.options import NSQDOptions
-    from nsq.server.nsqd.stats import ClientStats
-    from nsq.server.nsqd.topic import Topic
+    import asyncio
+    import ssl
 
-__all__ = ["QueueHost", "Subscriber"]
+    import aiohttp
+
+    from nsq.protocol.v2 import Limits
+    from nsq.server.nsqd.delivery.channel import Channel
+    from nsq.server.nsqd.delivery.deadletter import ChannelSettings
+    from nsq.server.nsqd.delivery.topic import Topic
+    from nsq.server.nsqd.options import NSQDOptions
+    from nsq.server.nsqd.storage.backend import BackendQueue
+    from nsq.server.nsqd.storage.datapath import DataPath
+    from nsq.server.nsqd.storage.deferredlog import DeferredLog
+
+__all__ = ["QueueHost", "Subscriber", "Settings", "DaemonHost"]
 
 
 class QueueHost(Protocol):
@@ -82,9 +93,25 @@ class QueueHost(Protocol):
         """Run ``callback`` after ``delay`` s."""
 
 
+class Settings(Protocol):
+    """A connection's negotiated settings as a channel reads them
+    (:class:`~nsq.server.nsqd.tcp.identify.Negotiated` implements it).
+
+    Attributes:
+        msg_timeout: s before a message sent to it times out (and a
+            TOUCH's new timeout).
+        sample_rate: 0: every message; else the percentage delivered.
+    """
+
+    @property
+    def msg_timeout(self) -> float: ...
+    @property
+    def sample_rate(self) -> int: ...
+
+
 class Subscriber(Protocol):
     """A consumer connection as a channel sees it (Go: the ``Consumer``
-    interface in nsqd/channel.go); :class:`~nsq.server.nsqd.client_v2.ClientV2`
+    interface in nsqd/channel.go); :class:`~nsq.server.nsqd.tcp.client_v2.ClientV2`
     implements it.
 
     Attributes:
@@ -105,7 +132,8 @@ class Subscriber(Protocol):
     in_flight_count: int
     closing: bool
     write_paused: bool
-    negotiated: Negotiated
+    @property
+    def negotiated(self) -> Settings: ...
 
     def send_messages(self, msgs: list[Any]) -> None:
         """Write message frames for ``msgs`` (in-flight :data:`Message` lists)."""
@@ -113,9 +141,68 @@ class Subscriber(Protocol):
     def timed_out_message(self) -> None:
         """One of its in-flight messages timed out (its in-flight count drops)."""
 
-    def stats(self, topic: str = "") -> ClientStats:
-        """Its ``/stats`` figures (Go ``Consumer.Stats``); with ``topic``,
-        publish counts for that topic only."""
-
     def close(self) -> None:
         """Close the connection (the channel was deleted or emptied of clients)."""
+
+
+class DaemonHost(QueueHost, Protocol):
+    """The daemon as its connections, stats and HTTP API see it
+    (:class:`~nsq.server.nsqd.nsqd.NSQD` implements it).
+
+    Attributes:
+        topics: by name.
+        clients: the V2 connections by client id
+            (:class:`~nsq.server.nsqd.tcp.client_v2.ClientV2`).
+        disk: the data path.
+        limits: the V2 parser's size limits.
+        output: the connections' write scheduling
+            (:class:`~nsq.server.nsqd.tcp.output.Output`).
+        spinner: ``--spin-before-sleep``'s poller, or None.
+        settings: the channels' own settings (``max_attempts``).
+        health: ``OK`` or the last disk error.
+        exiting: True once stopping.
+        start_time: Unix s.
+        tls_context: the server's TLS context, or None.
+        tls_required: ``"false"``, ``"true"`` or ``"tcp-https"`` (Go's wording).
+        tcp_port, http_port, https_port: bound ports (0: none).
+    """
+
+    topics: dict[str, Topic]
+    clients: dict[int, Any]
+    disk: DataPath
+    limits: Limits
+    output: Any
+    spinner: Any
+    settings: ChannelSettings
+    health: str
+    exiting: bool
+    start_time: int
+    tls_context: ssl.SSLContext | None
+    tls_required: str
+    tcp_port: int
+    http_port: int
+    https_port: int
+
+    def get_existing_topic(self, name: str) -> Topic | None:
+        """The topic ``name`` if it exists."""
+
+    def add_client(self, client: Any) -> None:
+        """A V2 connection was made."""
+
+    def remove_client(self, client: Any) -> None:
+        """A V2 connection went away."""
+
+    def durability_barrier(self) -> asyncio.Future[Any] | None:
+        """With ``--sync-every=1``: what to await before answering a publish."""
+
+    def auth_session(self) -> aiohttp.ClientSession:
+        """The HTTP session for auth server queries."""
+
+    def request_drain(self) -> None:
+        """Drain, then stop (``POST /drain``)."""
+
+    def set_lookupd_addresses(self, addresses: list[str]) -> None:
+        """Replace ``--lookupd-tcp-address`` (``PUT /config/nsqlookupd_tcp_addresses``)."""
+
+    def hostname(self) -> str:
+        """The OS hostname."""

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 from nsq.protocol.errors import NSQError
 from nsq.protocol.message import IDFactory
 from nsq.protocol.names import is_ephemeral
-from nsq.server.nsqd.backend import BackendFull
-from nsq.server.nsqd.channel import Channel
-from nsq.server.nsqd.message import NO_OFFSET, Entry
+from nsq.server.nsqd.storage.backend import BackendFull
+from nsq.server.nsqd.delivery.channel import Channel
+from nsq.server.nsqd.storage.message import NO_OFFSET, Entry
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.stores import TopicStore
-    from nsq.server.nsqd.host import QueueHost
-    from nsq.server.nsqd.topiclog import TopicLog
+    from nsq.server.nsqd.delivery.stores import TopicStore
+    from nsq.server.nsqd.delivery.host import QueueHost
+    from nsq.server.nsqd.storage.topiclog import TopicLog
 
 __all__ = ["Topic", "TopicFull"]
 
@@ -41,10 +41,10 @@ class Topic:
         ephemeral: name ends in ``#ephemeral``; deleted with its last channel.
         channels: by name, in creation order.
         queue: messages waiting for a channel (no channel yet, or paused),
-            as :data:`~nsq.server.nsqd.message.Entry` tuples, at most
+            as :data:`~nsq.server.nsqd.storage.message.Entry` tuples, at most
             ``--mem-queue-size``; the store holds the rest.
         store: the storage engine's part of the topic
-            (:class:`~nsq.server.nsqd.stores.TopicStore`): it stores each
+            (:class:`~nsq.server.nsqd.delivery.stores.TopicStore`): it stores each
             publish (a topic log appends it), holds what memory cannot, and
             makes each new channel's store.
         backend: the store's queue (its depth: ``backend_depth``).
@@ -150,7 +150,7 @@ class Topic:
         # a topic without a channel, with room in memory, queues it there
         # (what _check_room and _accept decide, without their calls)
         store = self.store
-        held = not self.channels and store.holds_in_memory and len(self.queue) < self.mem_queue_size
+        held = not self.channels and not store.appends and len(self.queue) < self.mem_queue_size
         if not held:
             self._check_room(1)
         now = time.time_ns()
@@ -163,10 +163,12 @@ class Topic:
             self.message_bytes += len(body)
             self.queue.append((msg_id, body, now, 0, defer_ms, NO_OFFSET))
             return
-        try:
-            offset = store.append_one(msg_id, body, now, defer_ms)
-        except BackendFull as exc:
-            raise TopicFull(str(exc)) from None
+        offset = NO_OFFSET
+        if store.appends:
+            try:
+                offset = store.append_one(msg_id, body, now, defer_ms)
+            except BackendFull as exc:
+                raise TopicFull(str(exc)) from None
         self._accept([(msg_id, body, now, 0, defer_ms, offset)], len(body))
 
     def put_entries(self, entries: list[Entry]) -> None:
@@ -189,7 +191,8 @@ class Topic:
         self.message_count += len(msgs)
         self.message_bytes += nbytes
         if self.channels and not self.paused and not self.starting:
-            self.store.handed_on(msgs)
+            if self.store.appends:
+                self.store.handed_on(msgs)
             self._distribute(msgs)
         else:
             try:

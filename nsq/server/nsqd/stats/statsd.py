@@ -40,7 +40,7 @@ https://nsq.io/components/nsqd.html#statsd--graphite-integration; behaviour of G
   ``mem.heap_released_bytes``, ``mem.gc_pause_usec_100``,
   ``mem.gc_pause_usec_99``, ``mem.gc_pause_usec_95``,
   ``mem.next_gc_bytes`` (gauges) and ``mem.gc_runs`` (counter). Their
-  CPython meaning is :func:`nsq.server.nsqd.memstats.memory_stats`'s. (The
+  CPython meaning is :func:`nsq.server.nsqd.stats.memstats.memory_stats`'s. (The
   nsqd documentation lists ``mem.mem.next_gc_bytes``; Go's code sends
   ``mem.next_gc_bytes``, and so do we.)
 
@@ -57,11 +57,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from nsq._internal.addresses import fmt_addr, split_host_port
-from nsq.server.nsqd.memstats import memory_stats
-from nsq.server.nsqd.stats import collect_stats
+from nsq.server.nsqd.stats.memstats import memory_stats
+from nsq.server.nsqd.stats.collect import collect_stats
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.nsqd import NSQD
+    from nsq.server.nsqd.delivery.host import DaemonHost
 
 __all__ = ["StatsdPusher", "resolve_prefix", "host_key", "pack_lines", "metric_line"]
 
@@ -141,7 +141,7 @@ class StatsdPusher:
         pushes: pushes done so far (tests wait on it).
     """
 
-    def __init__(self, nsqd: NSQD) -> None:
+    def __init__(self, nsqd: DaemonHost) -> None:
         opts = nsqd.options
         self.nsqd = nsqd
         self.address = opts.statsd_address

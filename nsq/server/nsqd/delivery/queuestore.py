@@ -1,10 +1,10 @@
 """The memory queue + Go disk queue engine (``--storage=diskqueue``, and
 every ephemeral or memory-only topic): a topic's and each channel's memory
 queue spill past ``--mem-queue-size`` into their own
-:class:`~nsq.server.nsqd.backend.BackendQueue` (a go-diskqueue
-:class:`~nsq.server.nsqd.diskqueue.DiskQueue`, discard, or refuse), as in
+:class:`~nsq.server.nsqd.storage.backend.BackendQueue` (a go-diskqueue
+:class:`~nsq.server.nsqd.storage.diskqueue.DiskQueue`, discard, or refuse), as in
 nsqio/nsq nsqd/topic.go and channel.go. The roles it fills are
-:mod:`nsq.server.nsqd.stores`'.
+:mod:`nsq.server.nsqd.delivery.stores`'.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from nsq.protocol.message import encode_message
 from nsq.protocol.names import is_ephemeral
-from nsq.server.nsqd.backend import BackendFull, BackendQueue, put_overflow
-from nsq.server.nsqd.message import DEADLINE, NO_OFFSET, Entry, decode_entries, encode_entries, entry
-from nsq.server.nsqd.stores import ChannelStore, StoreError
+from nsq.server.nsqd.storage.backend import BackendFull, BackendQueue, put_overflow
+from nsq.server.nsqd.storage.message import DEADLINE, NO_OFFSET, Entry, decode_entries, encode_entries, entry
+from nsq.server.nsqd.delivery.stores import ChannelStore, StoreError
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.channel import Channel
-    from nsq.server.nsqd.host import QueueHost
-    from nsq.server.nsqd.topic import Topic
+    from nsq.server.nsqd.delivery.channel import Channel
+    from nsq.server.nsqd.delivery.host import QueueHost
+    from nsq.server.nsqd.delivery.topic import Topic
 
 __all__ = ["QueueTopicStore", "QueueChannelStore"]
 
@@ -161,7 +161,7 @@ class QueueTopicStore:
 
     log = None
     checks_room = True
-    holds_in_memory = True
+    appends = False
 
     #: messages moved from the backend to the channels per loop turn
     DRAIN_CHUNK = 4096

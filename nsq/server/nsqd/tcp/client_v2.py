@@ -1,14 +1,14 @@
 """One V2 TCP connection: an ``asyncio.Protocol`` around the sans-IO parser.
 
 Bytes in -> :class:`~nsq.protocol.v2.V2ServerParser` -> commands executed
-against topics/channels (:mod:`nsq.server.nsqd.commands`, one function per
+against topics/channels (:mod:`nsq.server.nsqd.tcp.commands`, one function per
 command) -> frames appended to an output buffer that the daemon flushes
 once per event-loop turn (coalesced writes, as Go's bufio writer,
-:mod:`nsq.server.nsqd.output`). Go: nsqd/protocol_v2.go ``IOLoop``/``Exec``
+:mod:`nsq.server.nsqd.tcp.output`). Go: nsqd/protocol_v2.go ``IOLoop``/``Exec``
 and nsqd/client_v2.go.
-IDENTIFY's settings are :func:`nsq.server.nsqd.identify.negotiate`'s (kept
+IDENTIFY's settings are :func:`nsq.server.nsqd.tcp.identify.negotiate`'s (kept
 as :attr:`ClientV2.negotiated`); the TLS/compression upgrades and AUTH are
-:class:`nsq.server.nsqd.features.Features` (``ClientV2.features``).
+:class:`nsq.server.nsqd.tcp.features.Features` (``ClientV2.features``).
 """
 
 from __future__ import annotations
@@ -28,15 +28,14 @@ from nsq.protocol.errors import (
 )
 from nsq.protocol.message import MSG_FRAME_HDR as _MSG_FRAME_HDR
 from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, HEARTBEAT, OK, encode_frame
-from nsq.server.nsqd.commands import HANDLERS
-from nsq.server.nsqd.features import Features, Suspend
-from nsq.server.nsqd.identify import Negotiated, initial
-from nsq.server.nsqd.stats import ClientStats, client_stats
+from nsq.server.nsqd.tcp.commands import HANDLERS
+from nsq.server.nsqd.tcp.features import Features, Suspend
+from nsq.server.nsqd.tcp.identify import Negotiated, initial
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.channel import Channel
-    from nsq.server.nsqd.message import Message
-    from nsq.server.nsqd.nsqd import NSQD
+    from nsq.server.nsqd.delivery.channel import Channel
+    from nsq.server.nsqd.storage.message import Message
+    from nsq.server.nsqd.delivery.host import DaemonHost
 
 __all__ = ["ClientV2"]
 
@@ -71,7 +70,7 @@ class ClientV2(asyncio.Protocol):
         pub_counts: messages published per topic (producer stats).
     """
 
-    def __init__(self, nsqd: NSQD, client_id: int) -> None:
+    def __init__(self, nsqd: DaemonHost, client_id: int) -> None:
         opts = nsqd.options
         self.nsqd = nsqd
         self.id = client_id
@@ -512,10 +511,6 @@ class ClientV2(asyncio.Protocol):
         """A message of this client was finished or requeued."""
         self.in_flight_count -= 1
         self.freed = True
-
-    def stats(self, topic: str = "") -> ClientStats:
-        """This connection's ``/stats`` figures (Go ``clientV2.Stats``)."""
-        return client_stats(self, topic)
 
     def timed_out_message(self) -> None:
         """An in-flight message of this client timed out."""

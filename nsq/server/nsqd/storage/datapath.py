@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from nsq._internal.dirlock import DirLock
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
-from nsq.server.nsqd.backend import BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
+from nsq.server.nsqd.storage.backend import BackendQueue, DiscardBackend, NoDiskBackend, put_overflow
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.deferredlog import DeferredLog
-    from nsq.server.nsqd.diskqueue import DiskQueue
+    from nsq.server.nsqd.storage.deferredlog import DeferredLog
+    from nsq.server.nsqd.storage.diskqueue import DiskQueue
     from nsq.server.nsqd.options import NSQDOptions
-    from nsq.server.nsqd.topiclog import TopicLog
+    from nsq.server.nsqd.storage.topiclog import TopicLog
 
 __all__ = ["DataPath", "Synced"]
 
@@ -33,9 +33,9 @@ log = logging.getLogger("nsq.nsqd")
 
 
 class Synced(Protocol):
-    """A file the data path fsyncs: a :class:`~nsq.server.nsqd.diskqueue.DiskQueue`,
-    a :class:`~nsq.server.nsqd.deferredlog.DeferredLog` or a
-    :class:`~nsq.server.nsqd.topiclog.TopicLog`."""
+    """A file the data path fsyncs: a :class:`~nsq.server.nsqd.storage.diskqueue.DiskQueue`,
+    a :class:`~nsq.server.nsqd.storage.deferredlog.DeferredLog` or a
+    :class:`~nsq.server.nsqd.storage.topiclog.TopicLog`."""
 
     @property
     def needs_sync(self) -> bool:
@@ -87,7 +87,7 @@ class DataPath:
         """
         if not self.path:
             return
-        from nsq.server.nsqd.walmigrate import check_data_path, mark_data_path
+        from nsq.server.nsqd.storage.walmigrate import check_data_path, mark_data_path
 
         self._lock = DirLock(self.path)
         self._lock.lock()
@@ -125,14 +125,14 @@ class DataPath:
         """The overflow backend for a topic (``name``) or channel (``topic:channel``).
 
         Ephemeral: discard. Durable with a ``data_path``: a go-diskqueue
-        format :class:`~nsq.server.nsqd.diskqueue.DiskQueue`. Durable without
+        format :class:`~nsq.server.nsqd.storage.diskqueue.DiskQueue`. Durable without
         one (embedded, memory only): refuse overflow.
         """
         if ephemeral:
             return DiscardBackend(name, self.options.mem_queue_size)
         if not self.path:
             return NoDiskBackend()
-        from nsq.server.nsqd.diskqueue import DiskQueue
+        from nsq.server.nsqd.storage.diskqueue import DiskQueue
 
         opts = self.options
         dq = DiskQueue(
@@ -151,7 +151,7 @@ class DataPath:
         return dq
 
     def make_topic_log(self, name: str, ephemeral: bool) -> TopicLog | None:
-        """The :class:`~nsq.server.nsqd.topiclog.TopicLog` of a durable
+        """The :class:`~nsq.server.nsqd.storage.topiclog.TopicLog` of a durable
         topic with ``--storage=wal`` (``<data-path>/<topic>.wal/``), else None.
 
         Raises:
@@ -159,10 +159,10 @@ class DataPath:
         """
         if ephemeral or not self.wal:
             return None
-        from nsq.server.nsqd.topiclog import TopicLog
+        from nsq.server.nsqd.storage.topiclog import TopicLog
 
         opts = self.options
-        from nsq.server.nsqd.walmigrate import take_over
+        from nsq.server.nsqd.storage.walmigrate import take_over
 
         tlog = TopicLog(name, self.wal_dir(name), opts.max_bytes_per_file, opts.sync_every)
         take_over(name, self.path, tlog, opts)  # messages queued in the disk-queue format, if any
@@ -180,7 +180,7 @@ class DataPath:
         """Write each ``(path, content)`` atomically in the disk thread (inline
         without one), then call ``done`` on the event loop with which
         succeeded (checkpoints of topic-log channels)."""
-        from nsq.server.nsqd.atomicfile import replace_atomically
+        from nsq.server.nsqd.storage.atomicfile import replace_atomically
 
         def work() -> list[bool]:
             ok = []
@@ -200,11 +200,11 @@ class DataPath:
         fut.add_done_callback(lambda f: None if f.cancelled() or f.exception() else done(f.result()))
 
     def make_deferred_log(self, name: str, ephemeral: bool) -> DeferredLog | None:
-        """A :class:`~nsq.server.nsqd.deferredlog.DeferredLog` for a durable
+        """A :class:`~nsq.server.nsqd.storage.deferredlog.DeferredLog` for a durable
         channel ``topic:channel`` when there is a data path, else None."""
         if ephemeral or not self.path:
             return None
-        from nsq.server.nsqd.deferredlog import DeferredLog
+        from nsq.server.nsqd.storage.deferredlog import DeferredLog
 
         dlog = DeferredLog(name, self.path, self.options.sync_every)
         if self._thread is not None:

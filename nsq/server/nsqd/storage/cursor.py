@@ -32,12 +32,12 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from nsq.server.nsqd.backend import BackendQueue
+from nsq.server.nsqd.storage.backend import BackendQueue
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.deferredlog import DeferredLog
-    from nsq.server.nsqd.message import Entry
-    from nsq.server.nsqd.topiclog import TopicLog
+    from nsq.server.nsqd.storage.deferredlog import DeferredLog
+    from nsq.server.nsqd.storage.message import Entry
+    from nsq.server.nsqd.storage.topiclog import TopicLog
 
 __all__ = ["RangeSet", "ChannelCursor"]
 
@@ -142,7 +142,7 @@ class ChannelCursor(BackendQueue):
     """One channel's position in its topic's log; the channel's backend.
 
     Args:
-        topic_log: the topic's :class:`~nsq.server.nsqd.topiclog.TopicLog`.
+        topic_log: the topic's :class:`~nsq.server.nsqd.storage.topiclog.TopicLog`.
         subject: ``topic:channel`` for log lines.
         path: the checkpoint file, or None (an ``#ephemeral`` channel: its
             position lives and dies with it).

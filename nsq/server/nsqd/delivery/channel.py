@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING
 
 from nsq.protocol.errors import NSQError
 from nsq.protocol.names import is_ephemeral
-from nsq.server.nsqd.backend import BackendFull
-from nsq.server.nsqd.deadletter import dead_letter, dead_letter_topic
-from nsq.server.nsqd.message import ATTEMPTS, CLIENT, DEADLINE, DELIVERED, OFFSET, TIMESTAMP, Entry, Message, entry
-from nsq.server.nsqd.quantile import WindowedQuantile
+from nsq.server.nsqd.storage.backend import BackendFull
+from nsq.server.nsqd.delivery.deadletter import dead_letter, dead_letter_topic
+from nsq.server.nsqd.storage.message import ATTEMPTS, CLIENT, DEADLINE, DELIVERED, OFFSET, TIMESTAMP, Entry, Message, entry
+from nsq.server.nsqd.delivery.quantile import WindowedQuantile
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.stores import ChannelStore
-    from nsq.server.nsqd.host import Subscriber
-    from nsq.server.nsqd.topic import Topic
+    from nsq.server.nsqd.delivery.stores import ChannelStore
+    from nsq.server.nsqd.delivery.host import Subscriber
+    from nsq.server.nsqd.delivery.topic import Topic
 
 __all__ = ["Channel", "ChannelError"]
 
@@ -53,12 +53,12 @@ class Channel:
 
     Attributes:
         name: channel name.
-        topic: the owning :class:`~nsq.server.nsqd.topic.Topic`.
+        topic: the owning :class:`~nsq.server.nsqd.delivery.topic.Topic`.
         ephemeral: name ends in ``#ephemeral``; deleted with its last client.
-        queue: memory queue (deque of :data:`~nsq.server.nsqd.message.Entry`
+        queue: memory queue (deque of :data:`~nsq.server.nsqd.storage.message.Entry`
             tuples), at most ``mem_queue_size`` long.
         store: the storage engine's part of the channel
-            (:class:`~nsq.server.nsqd.stores.ChannelStore`): what is past
+            (:class:`~nsq.server.nsqd.delivery.stores.ChannelStore`): what is past
             the memory queue, and what the engine keeps of the rest.
         backend: the store's queue (its depth: ``backend_depth``).
         clients: subscribed clients by client id.
@@ -67,7 +67,7 @@ class Channel:
             entry)``, due in monotonic s (the same tuple is the heap item).
         paused: no delivery while True.
         message_count, requeue_count, timeout_count: counters for /stats.
-        e2e: :class:`~nsq.server.nsqd.quantile.WindowedQuantile` of FIN
+        e2e: :class:`~nsq.server.nsqd.delivery.quantile.WindowedQuantile` of FIN
             latencies, or None without ``--e2e-processing-latency-percentile``.
     """
 
@@ -148,7 +148,7 @@ class Channel:
                 for them.
         """
         store = self.store
-        if store.behind():
+        if store.tracks_offsets and store.behind():
             # the store has a backlog: these come after it, read when their
             # turn comes; deferred ones (DPUB) are held back now, as in memory
             self.message_count += len(msgs)
@@ -178,7 +178,8 @@ class Channel:
         else:
             q.extend(msgs)
             self.message_count += fresh
-        store.took(msgs)
+        if store.tracks_offsets:
+            store.took(msgs)
         if q:
             if self._ready and not self.paused:
                 self.pump()
@@ -449,7 +450,7 @@ class Channel:
         return dead_letter_topic(self.nsqd.options.dead_letter_topic, self.topic.name, self.name)
 
     def _dead_letter(self, msg: Message) -> bool:
-        """:func:`~nsq.server.nsqd.deadletter.dead_letter` of ``msg`` (at
+        """:func:`~nsq.server.nsqd.delivery.deadletter.dead_letter` of ``msg`` (at
         its last attempt): True if it went to the dead-letter topic."""
         return dead_letter(self, msg)
 

@@ -28,19 +28,19 @@ from nsq.server.httpapi import (
     text_response,
     topic_channel_args,
 )
-from nsq.server.nsqd.http_log import NEEDS_WAL, offset_arg, resolve_start
-from nsq.server.nsqd.http_log import add_routes as add_log_routes
-from nsq.server.nsqd.httpauth import AUTH_KEY, auth_middleware, filter_stats
-from nsq.server.nsqd.metrics import metrics_handler
+from nsq.server.nsqd.http.replay import NEEDS_WAL, offset_arg, resolve_start
+from nsq.server.nsqd.http.replay import add_routes as add_log_routes
+from nsq.server.nsqd.http.auth import AUTH_KEY, auth_middleware, filter_stats
+from nsq.server.nsqd.stats.metrics import metrics_handler
 from nsq.server.nsqd.options import SPEC_BY_CFG, describe
-from nsq.server.nsqd.stats import collect_stats
-from nsq.server.nsqd.stats_text import render_text
-from nsq.server.nsqd.topic import TopicFull
+from nsq.server.nsqd.stats.collect import collect_stats
+from nsq.server.nsqd.stats.text import render_text
+from nsq.server.nsqd.delivery.topic import TopicFull
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.channel import Channel
-    from nsq.server.nsqd.nsqd import NSQD
-    from nsq.server.nsqd.topic import Topic
+    from nsq.server.nsqd.delivery.channel import Channel
+    from nsq.server.nsqd.delivery.host import DaemonHost
+    from nsq.server.nsqd.delivery.topic import Topic
 
 __all__ = ["NSQDHTTPServer"]
 
@@ -57,7 +57,7 @@ _read_limited = read_limited
 class NSQDHTTPServer:
     """The HTTP API of one :class:`~nsq.server.nsqd.nsqd.NSQD`."""
 
-    def __init__(self, nsqd: NSQD) -> None:
+    def __init__(self, nsqd: DaemonHost) -> None:
         self.nsqd = nsqd
         self._listener = HTTPListener(client_max_size=max(
             nsqd.options.max_body_size, nsqd.options.max_msg_size) + 1,
@@ -439,7 +439,7 @@ def _peeked(e: tuple) -> dict[str, Any]:
             "body": base64.b64encode(e[1]).decode("ascii")}
 
 
-def _refusal(nsqd: NSQD, topic: Topic, failed: str) -> str:
+def _refusal(nsqd: DaemonHost, topic: Topic, failed: str) -> str:
     """The HTTP message of a refused publish."""
     if nsqd.exiting or topic.deleted:
         return "EXITING"

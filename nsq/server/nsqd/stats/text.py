@@ -1,6 +1,6 @@
 """The plain-text ``/stats`` report (``/stats`` without ``format=json``).
 
-:func:`render_text` lays out an :class:`~nsq.server.nsqd.stats.NSQDStats` as
+:func:`render_text` lays out an :class:`~nsq.server.nsqd.stats.collect.NSQDStats` as
 Go nsqd's ``printStats`` does (nsqd/http.go): the version line, start time,
 uptime, health, memory, then each topic with its channels and their
 clients, then the producers. E2e latencies print as Go's
@@ -18,7 +18,7 @@ from nsq import NSQ_VERSION, __version__
 from nsq._internal.durations import format_duration
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.stats import E2ELatency, NSQDStats
+    from nsq.server.nsqd.stats.collect import E2ELatency, NSQDStats
 
 __all__ = ["render_text", "version_string", "nanoseconds_to_human"]
 

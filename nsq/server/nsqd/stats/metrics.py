@@ -10,7 +10,7 @@ through the faster :func:`text_exposition`; content type
 Every figure is read from the daemon when the page is scraped (a custom
 collector, :class:`NSQDCollector`): nothing is counted per message for
 Prometheus, and the values are the ones ``/stats`` reports at the same moment
-(both read the typed stats :func:`nsq.server.nsqd.stats.collect_stats`
+(both read the typed stats :func:`nsq.server.nsqd.stats.collect.collect_stats`
 builds, as statsd does). Each daemon has its
 own :class:`~prometheus_client.CollectorRegistry` (several daemons may run in
 one process), holding that collector and the library's process, platform and
@@ -84,11 +84,11 @@ from prometheus_client.utils import floatToGoString
 from nsq.server.promregistry import new_registry
 from nsq.server.promregistry import metrics_handler as _metrics_handler
 from nsq.server.promregistry import registry_for as _registry_for
-from nsq.server.nsqd.stats import collect_stats
+from nsq.server.nsqd.stats.collect import collect_stats
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.nsqd import NSQD
-    from nsq.server.nsqd.stats import NSQDStats
+    from nsq.server.nsqd.delivery.host import DaemonHost
+    from nsq.server.nsqd.stats.collect import NSQDStats
 
 __all__ = ["NSQDCollector", "make_registry", "registry_for", "render", "metrics_handler", "quantile_label",
            "text_exposition", "scrape"]
@@ -114,7 +114,7 @@ class NSQDCollector(Collector):
     formats once.
     """
 
-    def __init__(self, nsqd: NSQD) -> None:
+    def __init__(self, nsqd: DaemonHost) -> None:
         self.nsqd = nsqd
 
     def describe(self) -> list[Metric]:
@@ -367,18 +367,18 @@ def scrape(registry: Collector) -> bytes:
             gc.enable()
 
 
-def make_registry(nsqd: NSQD) -> CollectorRegistry:
+def make_registry(nsqd: DaemonHost) -> CollectorRegistry:
     """A new registry with :class:`NSQDCollector` for ``nsqd`` and the library's
     process, platform and GC collectors (:mod:`nsq.server.promregistry`)."""
     return new_registry(NSQDCollector(nsqd))
 
 
-def registry_for(nsqd: NSQD) -> CollectorRegistry:
+def registry_for(nsqd: DaemonHost) -> CollectorRegistry:
     """``nsqd``'s registry, made on first use and kept while it lives."""
     return _registry_for(nsqd, make_registry)
 
 
-def render(nsqd: NSQD) -> tuple[bytes, str]:
+def render(nsqd: DaemonHost) -> tuple[bytes, str]:
     """The ``/metrics`` page now: ``(body, content type)``, the body in the
     text exposition format (UTF-8), the type ``CONTENT_TYPE_LATEST``.
 
@@ -387,7 +387,7 @@ def render(nsqd: NSQD) -> tuple[bytes, str]:
     return scrape(registry_for(nsqd)), CONTENT_TYPE_LATEST
 
 
-def metrics_handler(nsqd: NSQD) -> Callable[[web.Request], Awaitable[web.Response]]:
+def metrics_handler(nsqd: DaemonHost) -> Callable[[web.Request], Awaitable[web.Response]]:
     """An aiohttp handler for ``GET /metrics`` of ``nsqd``
     (:func:`nsq.server.promregistry.metrics_handler`)."""
     return _metrics_handler(registry_for(nsqd), scrape)

@@ -6,9 +6,9 @@ clients, producers, memory) from the daemon, as Go's ``NSQD.GetStats``
 builds ``TopicStats`` / ``ChannelStats`` / ``ClientStats`` (nsqd/stats.go)
 for both its HTTP API and its statsd loop. The HTTP API writes
 ``stats.to_json()`` (or the text report,
-:func:`nsq.server.nsqd.stats_text.render_text`), statsd
-(:mod:`nsq.server.nsqd.statsd`) and ``/metrics``
-(:mod:`nsq.server.nsqd.metrics`) read the fields.
+:func:`nsq.server.nsqd.stats.text.render_text`), statsd
+(:mod:`nsq.server.nsqd.stats.statsd`) and ``/metrics``
+(:mod:`nsq.server.nsqd.stats.metrics`) read the fields.
 
 JSON shapes are Go nsqd 1.2.1's (nsqd/http.go ``doStats``, nsqd/stats.go): topics sorted by name, ``topics`` null
 when a filter matches nothing, ``producers`` null when there are none.
@@ -16,25 +16,25 @@ when a filter matches nothing, ``producers`` null when there are none.
 channel's ``offset`` (only there).
 ``e2e_processing_latency`` is Go's quantile result (:func:`e2e_latency`,
 https://nsq.io/components/nsqd.html#-e2e-processing-latency-percentile). ``memory`` maps Go's
-runtime figures to CPython's (:mod:`nsq.server.nsqd.memstats`); statsd pushes the same.
+runtime figures to CPython's (:mod:`nsq.server.nsqd.stats.memstats`); statsd pushes the same.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from nsq import NSQ_VERSION
 from nsq._internal.durations import format_duration
-from nsq.server.nsqd.logstore import LogChannelStore, LogTopicStore
-from nsq.server.nsqd.memstats import MemoryStats, memory_stats
-from nsq.server.nsqd.quantile import WindowedQuantile, merged_result
+from nsq.server.nsqd.delivery.logstore import LogChannelStore, LogTopicStore
+from nsq.server.nsqd.stats.memstats import MemoryStats, memory_stats
+from nsq.server.nsqd.delivery.quantile import WindowedQuantile, merged_result
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.channel import Channel
-    from nsq.server.nsqd.client_v2 import ClientV2
-    from nsq.server.nsqd.nsqd import NSQD
-    from nsq.server.nsqd.topic import Topic
+    from nsq.server.nsqd.delivery.channel import Channel
+    from nsq.server.nsqd.tcp.client_v2 import ClientV2
+    from nsq.server.nsqd.delivery.host import DaemonHost
+    from nsq.server.nsqd.delivery.topic import Topic
 
 __all__ = ["NSQDStats", "TopicStats", "TopicLogStats", "ChannelStats", "ClientStats", "PubCount", "E2ELatency",
            "Percentile", "collect_stats", "get_stats", "client_stats", "e2e_latency"]
@@ -49,8 +49,8 @@ def _json_number(q: float) -> float | int:
 #
 # Built once per request (:func:`collect_stats`) and read by the HTTP API
 # (``to_json`` for ``?format=json``, the text report of
-# :mod:`nsq.server.nsqd.stats_text`), statsd (:mod:`nsq.server.nsqd.statsd`)
-# and ``/metrics`` (:mod:`nsq.server.nsqd.metrics`). ``to_json`` writes each
+# :mod:`nsq.server.nsqd.stats.text`), statsd (:mod:`nsq.server.nsqd.stats.statsd`)
+# and ``/metrics`` (:mod:`nsq.server.nsqd.stats.metrics`). ``to_json`` writes each
 # object's keys in the order ``/stats`` has always had (Go's for Go's fields,
 # ours after).
 
@@ -430,7 +430,8 @@ def channel_stats(channel: Channel, host: str, include_clients: bool) -> Channel
         channel.max_attempts,  # max_attempts
         len(clients),  # client_count
         # clients; Go: null when not asked for, a (possibly empty) list otherwise
-        [c.stats() for c in clients.values()] if include_clients else None,
+        # the channel's subscribers are the daemon's V2 connections
+        [client_stats(cast("ClientV2", c)) for c in clients.values()] if include_clients else None,
         channel.paused,  # paused
         e2e_latency([e2e] if e2e is not None else [], channel.topic.name, channel.name, host),
         wal.position(channel) if wal is not None else None,  # offset
@@ -477,7 +478,7 @@ def log_stats(topic: Topic) -> TopicLogStats:
 
 
 def collect_stats(
-    nsqd: NSQD, topic: str = "", channel: str = "", include_clients: bool = True, include_mem: bool = True
+    nsqd: DaemonHost, topic: str = "", channel: str = "", include_clients: bool = True, include_mem: bool = True
 ) -> NSQDStats:
     """Everything ``/stats`` reports, now (Go ``NSQD.GetStats`` and ``doStats``).
 
@@ -486,7 +487,7 @@ def collect_stats(
             filter also drops the topics that lack that channel.
         include_clients: channel clients and producers (off for statsd and
             ``/metrics``).
-        include_mem: :func:`~nsq.server.nsqd.memstats.memory_stats`.
+        include_mem: :func:`~nsq.server.nsqd.stats.memstats.memory_stats`.
     """
     host = nsqd.options.broadcast_address
     topics = [
@@ -498,7 +499,7 @@ def collect_stats(
     if include_clients:
         for client in nsqd.clients.values():
             if client.pub_counts and (not topic or topic in client.pub_counts):
-                producers.append(client.stats(topic))
+                producers.append(client_stats(client, topic))
     return NSQDStats(
         version=NSQ_VERSION,
         health=nsqd.health,
@@ -511,7 +512,7 @@ def collect_stats(
 
 
 def get_stats(
-    nsqd: NSQD, topic: str = "", channel: str = "", include_clients: bool = True, include_mem: bool = True
+    nsqd: DaemonHost, topic: str = "", channel: str = "", include_clients: bool = True, include_mem: bool = True
 ) -> dict[str, Any]:
     """The ``/stats?format=json`` object (:func:`collect_stats` as JSON):
     ``{version, health, start_time, topics, memory?, producers}``."""

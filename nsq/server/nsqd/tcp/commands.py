@@ -3,7 +3,7 @@
 ``PUB``, ``MPUB``, ``DPUB``, ``RDY``, ``FIN``, ``REQ``, ``TOUCH``, ``AUTH``,
 ``CLS``, ``NOP``), each taking the client.
 
-Each takes the :class:`~nsq.server.nsqd.client_v2.ClientV2` and the
+Each takes the :class:`~nsq.server.nsqd.tcp.client_v2.ClientV2` and the
 command tuple :class:`~nsq.protocol.v2.V2ServerParser` returned (shapes
 in nsq/protocol/v2.py), appends its answer to the client's output buffer
 and raises :class:`~nsq.protocol.errors.ClientError` for an error the
@@ -29,12 +29,12 @@ from nsq.protocol.errors import (
     ClientError,
 )
 from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_RESPONSE, OK, encode_frame
-from nsq.server.nsqd.channel import ChannelError
-from nsq.server.nsqd.identify import negotiate
-from nsq.server.nsqd.topic import TopicFull
+from nsq.server.nsqd.delivery.channel import ChannelError
+from nsq.server.nsqd.tcp.identify import negotiate
+from nsq.server.nsqd.delivery.topic import TopicFull
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.client_v2 import ClientV2
+    from nsq.server.nsqd.tcp.client_v2 import ClientV2
 
 __all__ = ["HANDLERS"]
 

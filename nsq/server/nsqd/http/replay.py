@@ -36,12 +36,12 @@ from aiohttp import web
 from nsq._internal.durations import format_duration, parse_duration
 from nsq.protocol.logpage import PAGE_HEADER, encode_page
 from nsq.server.httpapi import HTTPError, json_response, read_json_object
-from nsq.server.nsqd.logstore import LogChannelStore, LogTopicStore
+from nsq.server.nsqd.delivery.logstore import LogChannelStore, LogTopicStore
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.channel import Channel
-    from nsq.server.nsqd.nsqd import NSQD
-    from nsq.server.nsqd.topic import Topic
+    from nsq.server.nsqd.delivery.channel import Channel
+    from nsq.server.nsqd.delivery.host import DaemonHost
+    from nsq.server.nsqd.delivery.topic import Topic
 
 __all__ = ["add_routes", "parse_since", "resolve_start", "offset_arg", "encode_read", "READ_HEADER"]
 
@@ -93,12 +93,12 @@ def resolve_start(topic: Topic, text: str) -> int:
 
 def encode_read(records: list[Any]) -> bytes:
     """The body of a ``/topic/read`` answer for topic-log records
-    (:data:`nsq.server.nsqd.topiclog.LogRecord`), in the format of
+    (:data:`nsq.server.nsqd.storage.topiclog.LogRecord`), in the format of
     :mod:`nsq.protocol.logpage`."""
     return encode_page((r[0], r[1], r[2], r[3], r[4]) for r in records)
 
 
-def _wal_topic(nsqd: NSQD, request: web.Request) -> Topic:
+def _wal_topic(nsqd: DaemonHost, request: web.Request) -> Topic:
     if not nsqd.disk.wal:
         raise HTTPError(400, NEEDS_WAL)
     name = request.query.get("topic")
@@ -112,7 +112,7 @@ def _wal_topic(nsqd: NSQD, request: web.Request) -> Topic:
     return topic
 
 
-def _wal_channel(nsqd: NSQD, request: web.Request) -> tuple[Topic, Channel, LogChannelStore]:
+def _wal_channel(nsqd: DaemonHost, request: web.Request) -> tuple[Topic, Channel, LogChannelStore]:
     topic = _wal_topic(nsqd, request)
     name = request.query.get("channel")
     if name is None:
@@ -155,7 +155,7 @@ def offset_arg(request: web.Request, topic: Topic) -> int:
     return offset
 
 
-def add_routes(router: web.UrlDispatcher, nsqd: NSQD) -> None:
+def add_routes(router: web.UrlDispatcher, nsqd: DaemonHost) -> None:
     """Register the topic-log endpoints on nsqd's HTTP router."""
 
     async def topic_config(request: web.Request) -> web.Response:

@@ -1,8 +1,8 @@
 """The topic log + cursor engine (``--storage=wal``): each durable topic
-appends every message once to its :class:`~nsq.server.nsqd.topiclog.TopicLog`,
-and each channel is a :class:`~nsq.server.nsqd.cursor.ChannelCursor` into it
+appends every message once to its :class:`~nsq.server.nsqd.storage.topiclog.TopicLog`,
+and each channel is a :class:`~nsq.server.nsqd.storage.cursor.ChannelCursor` into it
 (docs/operations/durability.md, "The topic log"). The roles it fills are
-:mod:`nsq.server.nsqd.stores`'; replay, retention and positions, beyond
+:mod:`nsq.server.nsqd.delivery.stores`'; replay, retention and positions, beyond
 the roles, are its own (``/channel/rewind``, ``/channel/commit``,
 ``/topic/config``, ``/stats`` offsets).
 """
@@ -19,18 +19,18 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from nsq.protocol.names import is_ephemeral
-from nsq.server.nsqd.atomicfile import replace_atomically
-from nsq.server.nsqd.backend import BackendFull, BackendQueue
-from nsq.server.nsqd.cursor import ChannelCursor
-from nsq.server.nsqd.message import ATTEMPTS, OFFSET, Entry
-from nsq.server.nsqd.stores import ChannelStore
-from nsq.server.nsqd.topiclog import encode_batch, encode_record
+from nsq.server.nsqd.storage.atomicfile import replace_atomically
+from nsq.server.nsqd.storage.backend import BackendFull, BackendQueue
+from nsq.server.nsqd.storage.cursor import ChannelCursor
+from nsq.server.nsqd.storage.message import ATTEMPTS, OFFSET, Entry
+from nsq.server.nsqd.delivery.stores import ChannelStore
+from nsq.server.nsqd.storage.topiclog import encode_batch, encode_record
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.channel import Channel
-    from nsq.server.nsqd.host import QueueHost
-    from nsq.server.nsqd.topic import Topic
-    from nsq.server.nsqd.topiclog import TopicLog
+    from nsq.server.nsqd.delivery.channel import Channel
+    from nsq.server.nsqd.delivery.host import QueueHost
+    from nsq.server.nsqd.delivery.topic import Topic
+    from nsq.server.nsqd.storage.topiclog import TopicLog
 
 __all__ = ["LogTopicStore", "LogChannelStore", "HeldMessages"]
 
@@ -281,7 +281,7 @@ class LogTopicStore:
     """A durable topic's log (``--storage=wal``).
 
     Attributes:
-        log: the :class:`~nsq.server.nsqd.topiclog.TopicLog`.
+        log: the :class:`~nsq.server.nsqd.storage.topiclog.TopicLog`.
         backend: :class:`HeldMessages`, the held messages in the log only.
         visible: the offset up to which messages were handed to channels
             (held ones are from there to the log's head: the first ones in
@@ -294,7 +294,7 @@ class LogTopicStore:
     """
 
     checks_room = False
-    holds_in_memory = False
+    appends = True
 
     def __init__(self, host: QueueHost, name: str, topic_log: TopicLog) -> None:
         self.host = host

@@ -7,7 +7,7 @@ but ``/ping``, ``/info`` and ``/metrics`` must carry::
 
 nsqd asks an auth server about the secret exactly as for the V2 ``AUTH``
 command (https://nsq.io/components/nsqd.html#auth; Go: nsqd/auth.go,
-internal/auth/authorizations.go; here :mod:`nsq.server.nsqd.auth`)::
+internal/auth/authorizations.go; here :mod:`nsq.server.nsqd.tcp.auth`)::
 
     GET http://<auth>/auth?common_name=<CN>&remote_ip=<ip>&secret=<s>&tls=true|false
 
@@ -51,7 +51,7 @@ Errors are the API's ``{"message": TEXT}``:
 
 401 answers carry ``WWW-Authenticate: Bearer realm="nsqd"`` (RFC 6750).
 The authorization is attached to the request as ``request[AUTH_KEY]`` (an
-:class:`~nsq.server.nsqd.auth.AuthState`) for the handlers.
+:class:`~nsq.server.nsqd.tcp.auth.AuthState`) for the handlers.
 """
 
 from __future__ import annotations
@@ -67,12 +67,12 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from nsq.server.httpapi import json_response
-from nsq.server.nsqd.auth import AuthError, AuthState, query_any_authd
+from nsq.server.nsqd.tcp.auth import AuthError, AuthState, query_any_authd
 from nsq.server.tls import peer_common_name
 
 if TYPE_CHECKING:
-    from nsq.server.nsqd.nsqd import NSQD
-    from nsq.server.nsqd.stats import NSQDStats, TopicStats
+    from nsq.server.nsqd.delivery.host import DaemonHost
+    from nsq.server.nsqd.stats.collect import NSQDStats, TopicStats
 
 __all__ = ["AUTH_KEY", "OPEN_PATHS", "HTTPAuthCache", "AuthMiddleware", "auth_middleware", "bearer_secret", "connection_facts",
            "filter_stats", "may_subscribe_topic", "required_grant"]
@@ -266,7 +266,7 @@ class AuthMiddleware:
     #: aiohttp: a new-style middleware, called as ``(request, handler)``
     __middleware_version__ = 1
 
-    def __init__(self, nsqd: NSQD | Any, cache: HTTPAuthCache) -> None:
+    def __init__(self, nsqd: DaemonHost | Any, cache: HTTPAuthCache) -> None:
         self.nsqd = nsqd
         self.cache = cache
 
@@ -293,7 +293,7 @@ class AuthMiddleware:
         return await handler(request)
 
 
-def auth_middleware(nsqd: NSQD | Any, cache: HTTPAuthCache | None = None) -> AuthMiddleware:
+def auth_middleware(nsqd: DaemonHost | Any, cache: HTTPAuthCache | None = None) -> AuthMiddleware:
     """The aiohttp middleware enforcing ``--http-auth-required`` for ``nsqd``.
 
     A no-op while ``nsqd.options.http_auth_required`` is false (read on each
@@ -312,7 +312,7 @@ def filter_stats(stats: NSQDStats, state: AuthState | None, topic: str = "", cha
     """``/stats`` as ``state`` may see it (``state`` None: unchanged).
 
     Args:
-        stats: :func:`~nsq.server.nsqd.stats.collect_stats`'s answer (not changed).
+        stats: :func:`~nsq.server.nsqd.stats.collect.collect_stats`'s answer (not changed).
         state: the request's authorization (``request.get(AUTH_KEY)``).
         topic, channel: the request's ``topic`` / ``channel`` filters.
 

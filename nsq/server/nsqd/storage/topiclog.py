@@ -2,7 +2,7 @@
 
 Go nsqd copies every message into each channel's own disk queue. The topic
 log instead writes each message once; a channel is a cursor into it
-(:mod:`nsq.server.nsqd.cursor`). The design is the per-topic write-ahead
+(:mod:`nsq.server.nsqd.storage.cursor`). The design is the per-topic write-ahead
 log NSQ's maintainers wrote down and never shipped (nsqio/nsq pull request
 #625, issue #510); the segment layout follows Kafka's log (segments named
 by their first offset, whole segments deleted from the front).
@@ -38,9 +38,9 @@ is lost. A damaged record inside an older segment ends that segment for
 readers (logged with the number of records skipped).
 
 The class is synchronous and not thread-safe, like
-:class:`~nsq.server.nsqd.diskqueue.DiskQueue`, with the same sync policy
+:class:`~nsq.server.nsqd.storage.diskqueue.DiskQueue`, with the same sync policy
 hooks (``--sync-every``, ``--sync-timeout``, the ``--sync-every=1``
-barrier) so :class:`~nsq.server.nsqd.datapath.DataPath` syncs it like any
+barrier) so :class:`~nsq.server.nsqd.storage.datapath.DataPath` syncs it like any
 queue.
 """
 
@@ -49,104 +49,19 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import struct
 from collections.abc import Iterable
 from concurrent.futures import Future
-from google_crc32c import value as _crc
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
-from nsq.server.nsqd.atomicfile import write_all
-from nsq.server.nsqd.backend import BackendFull
-from nsq.server.nsqd.syncpolicy import AppendFile
+from nsq.server.nsqd.storage.atomicfile import write_all
+from nsq.server.nsqd.storage.backend import BackendFull
+from nsq.server.nsqd.storage.logsegment import (CHUNK, FRAME, HEAD, INDEX_EVERY, SEGMENT_SUFFIX, LogRecord, Segment,
+                                                 encode_batch, encode_record, parse_record, segment_name)
+from nsq.server.nsqd.storage.syncpolicy import AppendFile
 
 __all__ = ["TopicLog", "LogRecord", "encode_record", "encode_batch"]
 
 log = logging.getLogger("nsq.nsqd")
-
-#: size, crc32 of the payload
-_FRAME = struct.Struct(">II")
-#: the payload's head: defer ms, timestamp, attempts
-_HEAD = struct.Struct(">IqH")
-_SEGMENT_SUFFIX = ".log"
-#: bytes read per pread when scanning or reading a segment
-_CHUNK = 1 << 20
-#: one sparse-index entry per this many records
-_INDEX_EVERY = 256
-
-#: a record read back: (offset, id, body, timestamp, attempts, defer ms)
-LogRecord = tuple[int, bytes, bytes, int, int, int]
-
-
-def encode_record(msg_id: bytes, body: bytes, timestamp: int, attempts: int, defer_ms: int) -> bytes:
-    """One framed record (bytes): see the module docstring."""
-    payload = _HEAD.pack(defer_ms, timestamp, attempts) + msg_id + body
-    return _FRAME.pack(len(payload), _crc(payload)) + payload
-
-
-def encode_batch(ids: list[bytes], bodies: list[bytes], timestamp: int, defer_ms: int = 0) -> bytes:
-    """The framed records of messages published together (one timestamp,
-    attempts 0, one delay), joined: what :meth:`TopicLog.append_joined`
-    writes. The per-record work is done by ``map`` in C (0.26 us per
-    200-byte message here; a ``writev`` of the pieces instead of one join
-    cost more in the kernel than the copy it saves)."""
-    head = _HEAD.pack(defer_ms, timestamp, 0)
-    payloads = list(map(b"".join, zip([head] * len(ids), ids, bodies)))
-    frames = list(map(_FRAME.pack, map(len, payloads), map(_crc, payloads)))
-    out: list[bytes] = [b""] * (2 * len(payloads))
-    out[::2] = frames
-    out[1::2] = payloads
-    return b"".join(out)
-
-
-def _segment_name(base: int) -> str:
-    return f"{base:020d}{_SEGMENT_SUFFIX}"
-
-
-class _Segment:
-    """One segment file: its first offset, size, read fd and sparse index."""
-
-    __slots__ = ("base", "path", "size", "rfd", "index", "index_pos", "count", "first_ts")
-
-    def __init__(self, base: int, path: str, size: int = 0) -> None:
-        self.base = base
-        self.path = path
-        self.size = size
-        self.rfd: int | None = None
-        #: sparse index: offsets (ascending) of some records, at least one
-        #: per _INDEX_EVERY, or None until the segment is scanned ...
-        self.index: list[int] | None = None
-        #: ... and their byte positions
-        self.index_pos: list[int] = []
-        #: whole records (known for the newest segment and once scanned)
-        self.count: int | None = None
-        #: publish timestamp (ns) of its first record, once known
-        self.first_ts: int | None = None
-
-    def read_fd(self) -> int:
-        if self.rfd is None:
-            self.rfd = os.open(self.path, os.O_RDONLY)
-        return self.rfd
-
-    def close(self) -> None:
-        if self.rfd is not None:
-            os.close(self.rfd)
-            self.rfd = None
-
-
-def _parse(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int] | None:
-    """(payload start, payload end) of the whole, valid record at ``pos``
-    of ``buf`` (at most ``end``), or None if it is torn or damaged."""
-    if end - pos < 8:
-        return None
-    size, crc = _FRAME.unpack_from(buf, pos)
-    start = pos + 8
-    stop = start + size
-    if size < 4 + MIN_MESSAGE_LENGTH or stop > end:
-        return None
-    if _crc(buf[start:stop]) != crc:
-        return None
-    return start, stop
-
 
 class TopicLog(AppendFile):
     """The segmented log of one topic.
@@ -183,7 +98,7 @@ class TopicLog(AppendFile):
         self._wfd: int | None = None
         self._roll_next = False  # an fsync failed: the next append starts a new segment
         os.makedirs(path, exist_ok=True)
-        self._segments: list[_Segment] = []
+        self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._open()
         self.first = self._segments[0].base
@@ -198,13 +113,13 @@ class TopicLog(AppendFile):
     # -- opening -------------------------------------------------------------------
 
     def _open(self) -> None:
-        bases = sorted(int(f[:-len(_SEGMENT_SUFFIX)]) for f in os.listdir(self.path)
-                       if f.endswith(_SEGMENT_SUFFIX) and f[:-len(_SEGMENT_SUFFIX)].isdigit())
+        bases = sorted(int(f[:-len(SEGMENT_SUFFIX)]) for f in os.listdir(self.path)
+                       if f.endswith(SEGMENT_SUFFIX) and f[:-len(SEGMENT_SUFFIX)].isdigit())
         for base in bases:
-            path = os.path.join(self.path, _segment_name(base))
-            self._segments.append(_Segment(base, path, os.path.getsize(path)))
+            path = os.path.join(self.path, segment_name(base))
+            self._segments.append(Segment(base, path, os.path.getsize(path)))
         if not self._segments:
-            self._segments.append(_Segment(0, os.path.join(self.path, _segment_name(0))))
+            self._segments.append(Segment(0, os.path.join(self.path, segment_name(0))))
             self._segments[0].index = []
             self._segments[0].count = 0
         else:
@@ -213,7 +128,7 @@ class TopicLog(AppendFile):
         active = self._segments[-1]
         self._wfd = os.open(active.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
-    def _scan(self, seg: _Segment, repair: bool = False) -> None:
+    def _scan(self, seg: Segment, repair: bool = False) -> None:
         """Count ``seg``'s whole records and build its sparse index; with
         ``repair`` (the newest segment at start) cut a torn or damaged tail."""
         index: list[int] = []
@@ -230,17 +145,17 @@ class TopicLog(AppendFile):
         rel = 0
         try:
             while True:
-                parsed = _parse(buf, rel, len(buf))
+                parsed = parse_record(buf, rel, len(buf))
                 if parsed is None:
                     at = buf_start + rel
                     have = len(buf) - rel
-                    need = 8 if have < 8 else 8 + _FRAME.unpack_from(buf, rel)[0]
+                    need = 8 if have < 8 else 8 + FRAME.unpack_from(buf, rel)[0]
                     if at >= size or have >= need or buf_start + len(buf) >= size:
                         break  # the end, a damaged record, or a torn one
-                    buf = os.pread(fd, max(_CHUNK, need), at)
+                    buf = os.pread(fd, max(CHUNK, need), at)
                     buf_start, rel = at, 0
                     continue
-                if count % _INDEX_EVERY == 0:
+                if count % INDEX_EVERY == 0:
                     index.append(seg.base + count)
                     index_pos.append(buf_start + rel)
                 count += 1
@@ -301,7 +216,7 @@ class TopicLog(AppendFile):
             self._roll()
             active = self._segments[-1]
         if not active.count:
-            active.first_ts = _HEAD.unpack_from(data, 8)[1]
+            active.first_ts = HEAD.unpack_from(data, 8)[1]
         base = self.head
         assert self._wfd is not None
         try:
@@ -316,7 +231,7 @@ class TopicLog(AppendFile):
         index = active.index
         had = active.count or 0
         index = active.index
-        if index is not None and (not index or base - index[-1] >= _INDEX_EVERY):
+        if index is not None and (not index or base - index[-1] >= INDEX_EVERY):
             index.append(base)  # a batch's first record: no walk over the batch
             active.index_pos.append(active.size)
         active.size += size
@@ -342,7 +257,7 @@ class TopicLog(AppendFile):
             stop = pos
             n = 0
             while stop < end and (n == 0 or stop - pos < room):
-                stop += 8 + _FRAME.unpack_from(data, stop)[0]
+                stop += 8 + FRAME.unpack_from(data, stop)[0]
                 n += 1
             base = self._append(data[pos:stop], n)
             if first < 0:
@@ -370,7 +285,7 @@ class TopicLog(AppendFile):
             return False
         return True
 
-    def _cut_back(self, active: _Segment) -> None:
+    def _cut_back(self, active: Segment) -> None:
         assert self._wfd is not None
         try:
             os.ftruncate(self._wfd, active.size)
@@ -390,7 +305,7 @@ class TopicLog(AppendFile):
                 self.synced = self.head
         os.close(self._wfd)
         self._wfd = None
-        seg = _Segment(self.head, os.path.join(self.path, _segment_name(self.head)))
+        seg = Segment(self.head, os.path.join(self.path, segment_name(self.head)))
         seg.index = []
         seg.count = 0
         try:
@@ -458,7 +373,7 @@ class TopicLog(AppendFile):
     def _segment_for(self, offset: int) -> int:
         return bisect.bisect_right(self._bases, offset) - 1
 
-    def _position(self, seg: _Segment, offset: int) -> int:
+    def _position(self, seg: Segment, offset: int) -> int:
         """The byte position of ``offset`` in ``seg`` (walks record headers
         from the nearest sparse-index entry before it)."""
         if seg.index is None:
@@ -475,11 +390,11 @@ class TopicLog(AppendFile):
                 hdr = os.pread(fd, 8, pos)
                 if len(hdr) < 8:
                     return seg.size
-                pos += 8 + _FRAME.unpack(hdr)[0]
+                pos += 8 + FRAME.unpack(hdr)[0]
                 skip -= 1
         return pos
 
-    def read(self, offset: int, n: int, max_bytes: int = _CHUNK) -> tuple[list[LogRecord], int]:
+    def read(self, offset: int, n: int, max_bytes: int = CHUNK) -> tuple[list[LogRecord], int]:
         """Up to ``n`` records from ``offset``: fewer at the head, at a
         segment's end, or past about ``max_bytes`` bytes (at least one).
 
@@ -503,18 +418,18 @@ class TopicLog(AppendFile):
         fd = seg.read_fd()
         buf = os.pread(fd, min(max_bytes, seg.size - pos), pos)
         if len(buf) >= 8:
-            first_size = 8 + _FRAME.unpack_from(buf, 0)[0]
+            first_size = 8 + FRAME.unpack_from(buf, 0)[0]
             if len(buf) < first_size <= seg.size - pos:
                 buf = os.pread(fd, first_size, pos)  # one record bigger than max_bytes
         out: list[LogRecord] = []
         rel = 0
         end = len(buf)
-        unpack_head = _HEAD.unpack_from
+        unpack_head = HEAD.unpack_from
         while len(out) < n:
-            parsed = _parse(buf, rel, end)
+            parsed = parse_record(buf, rel, end)
             if parsed is None:
                 have = end - rel
-                need = 8 if have < 8 else 8 + _FRAME.unpack_from(buf, rel)[0]
+                need = 8 if have < 8 else 8 + FRAME.unpack_from(buf, rel)[0]
                 on_disk = pos + rel + need <= seg.size
                 if have < need and on_disk and (have < 8 or need >= 8 + 4 + MIN_MESSAGE_LENGTH):
                     break  # whole on disk, past this read: the next read gets it
