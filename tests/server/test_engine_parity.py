@@ -1,7 +1,7 @@
 """The two storage engines side by side: every scenario runs once with
 ``--storage=diskqueue`` and once with ``--storage=wal``, and the whole
-``/stats`` document (JSON and text) and every ``nsq_*`` sample of
-``/metrics`` must come out the same at each step.
+``/stats`` document (JSON and text), every ``nsq_*`` sample of
+``/metrics`` and every statsd line must come out the same at each step.
 
 What only one engine has (the topic log's offsets and retention) and what
 changes from run to run (times, addresses, memory) is left out, and listed
@@ -29,6 +29,7 @@ ENGINE_ONLY = {
     "topic": {"head_offset", "synced_offset", "first_offset", "retained_bytes", "oldest_timestamp", "retention_time",
               "retention_bytes"},
     "channel": {"offset", "committed_offset"},
+    "statsd": (".head_offset:", ".retained_bytes:", ".offset:"),
     "metrics": {"nsq_topic_head_offset", "nsq_topic_first_offset", "nsq_topic_retained_bytes",
                 "nsq_topic_oldest_timestamp_seconds", "nsq_channel_offset", "nsq_channel_committed_offset"},
 }
@@ -171,7 +172,19 @@ class Node:
             "json": normalize(await self.http.stats()),
             "text": scrub_text((await self.http.get("/stats"))[1].decode()),
             "metrics": nsq_samples((await self.http.get("/metrics"))[1].decode()),
+            "statsd": self.statsd_lines(),
         }))
+
+    def statsd_lines(self) -> list[str]:
+        """What one statsd push would send (counters since nothing was
+        pushed), less :data:`ENGINE_ONLY`."""
+        from nsq.server.nsqd.stats.statsd import StatsdPusher
+
+        pusher = StatsdPusher(self.nsqd)
+        pusher.mem_stats = False
+        pusher.prefix = "nsq."  # not the host:port, which differs between the runs
+        lines = [line.decode() for line in pusher.metric_lines()]
+        return [line for line in lines if not any(part in line for part in ENGINE_ONLY["statsd"])]
 
 
 Scenario = Callable[[Node], Awaitable[None]]
@@ -196,9 +209,11 @@ async def compare(tmp_path, scenario: Scenario, name: str, **options: Any) -> No
     for (label, a), (_, b) in zip(dq.snapshots, wal.snapshots):
         assert a["json"] == b["json"], f"{name}: /stats JSON differs at {label!r}:\n" + _diff(a["json"], b["json"])
         assert a["text"] == b["text"], f"{name}: /stats text differs at {label!r}"
+        assert a["statsd"] == b["statsd"], f"{name}: statsd lines differ at {label!r}:\n" + _diff(a["statsd"],
+                                                                                              b["statsd"])
         assert a["metrics"] == b["metrics"], f"{name}: /metrics differs at {label!r}:\n" + _diff(a["metrics"],
                                                                                              b["metrics"])
-        fields += count_fields(a["json"]) + len(a["metrics"]) + a["text"].count("\n")
+        fields += count_fields(a["json"]) + len(a["metrics"]) + a["text"].count("\n") + len(a["statsd"])
     COMPARED[name] = fields
 
 
