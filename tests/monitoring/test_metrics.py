@@ -25,7 +25,7 @@ TOPIC_FIELDS = {"nsq_topic_depth": "depth", "nsq_topic_backend_depth": "backend_
                 "nsq_topic_messages_total": "message_count", "nsq_topic_message_bytes_total": "message_bytes",
                 "nsq_topic_paused": "paused"}
 WAL_TOPIC_FIELDS = {"nsq_topic_head_offset": "head_offset", "nsq_topic_first_offset": "first_offset",
-                    "nsq_topic_retained_bytes": "retained_bytes"}
+                    "nsq_topic_retained_bytes": "retained_bytes", "nsq_topic_retention_bytes": "retention_bytes"}
 CHANNEL_FIELDS = {"nsq_channel_depth": "depth", "nsq_channel_backend_depth": "backend_depth",
                   "nsq_channel_in_flight": "in_flight_count", "nsq_channel_deferred": "deferred_count",
                   "nsq_channel_messages_total": "message_count", "nsq_channel_requeued_total": "requeue_count",

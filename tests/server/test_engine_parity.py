@@ -30,7 +30,8 @@ ENGINE_ONLY = {
               "retention_bytes"},
     "channel": {"offset", "committed_offset"},
     "statsd": (".head_offset:", ".retained_bytes:", ".offset:"),
-    "metrics": {"nsq_topic_head_offset", "nsq_topic_first_offset", "nsq_topic_retained_bytes",
+    "metrics": {"nsq_topic_head_offset", "nsq_topic_synced_offset", "nsq_topic_first_offset",
+                "nsq_topic_retained_bytes", "nsq_topic_retention_seconds", "nsq_topic_retention_bytes",
                 "nsq_topic_oldest_timestamp_seconds", "nsq_channel_offset", "nsq_channel_committed_offset"},
 }
 #: fields that differ between any two runs, whatever the engine

@@ -22,6 +22,7 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from nsq._internal.durations import parse_duration
 from nsq.protocol import commands as c
 from nsq.server.lookupd import NSQLookupd
 from nsq.server.lookupd import metrics as lookupd_metrics
@@ -95,6 +96,9 @@ def expected_from_stats(stats: dict[str, Any], nsqd: NSQD) -> Samples:
             out[("nsq_topic_head_offset", tl)] = float(t["head_offset"])
             out[("nsq_topic_first_offset", tl)] = float(t["first_offset"])
             out[("nsq_topic_retained_bytes", tl)] = float(t["retained_bytes"])
+            out[("nsq_topic_synced_offset", tl)] = float(t["synced_offset"])
+            out[("nsq_topic_retention_seconds", tl)] = parse_duration(t["retention_time"])
+            out[("nsq_topic_retention_bytes", tl)] = float(t["retention_bytes"])
             out[("nsq_topic_oldest_timestamp_seconds", tl)] = t["oldest_timestamp"] / 1e9
         for ch in t["channels"]:
             cl = lbl(topic=t["topic_name"], channel=ch["channel_name"])

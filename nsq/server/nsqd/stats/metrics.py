@@ -81,6 +81,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from nsq._internal.durations import parse_duration
 from nsq.server.promregistry import new_registry
 from nsq.server.promregistry import metrics_handler as _metrics_handler
 from nsq.server.promregistry import registry_for as _registry_for
@@ -230,6 +231,13 @@ def _log_families(stats: NSQDStats) -> Iterator[Metric]:
     first = GaugeMetricFamily("nsq_topic_first_offset", "Offset of the oldest message the topic log retains.",
                               labels=_TOPIC)
     retained = GaugeMetricFamily("nsq_topic_retained_bytes", "Bytes of the topic log on disk.", labels=_TOPIC)
+    synced = GaugeMetricFamily("nsq_topic_synced_offset", "Offset below which every message of the topic log is "
+                               "fsynced (head offset minus this: messages a power cut could take back).",
+                               labels=_TOPIC)
+    keep_time = GaugeMetricFamily("nsq_topic_retention_seconds", "The topic's retention by time (s; 0: finished "
+                                  "messages are not kept).", labels=_TOPIC)
+    keep_bytes = GaugeMetricFamily("nsq_topic_retention_bytes", "The topic's retention by size (bytes; 0: no cap).",
+                                   labels=_TOPIC)
     oldest = GaugeMetricFamily("nsq_topic_oldest_timestamp_seconds", "Publish time (Unix s) of the oldest "
                                "message the topic log retains; 0 when it is empty.", labels=_TOPIC)
     offset = GaugeMetricFamily("nsq_channel_offset", "Offset of the next message the channel takes from its "
@@ -243,13 +251,16 @@ def _log_families(stats: NSQDStats) -> Iterator[Metric]:
         head.add_metric([name], tlog.head_offset)
         first.add_metric([name], tlog.first_offset)
         retained.add_metric([name], tlog.retained_bytes)
+        synced.add_metric([name], tlog.synced_offset)
+        keep_time.add_metric([name], parse_duration(tlog.retention_time))
+        keep_bytes.add_metric([name], tlog.retention_bytes)
         oldest.add_metric([name], tlog.oldest_timestamp / 1e9)
         for ch in topic.channels:
             if ch.offset is not None:
                 offset.add_metric([name, ch.channel_name], ch.offset)
             if ch.committed_offset is not None:
                 committed.add_metric([name, ch.channel_name], ch.committed_offset)
-    yield from (head, first, retained, oldest, offset, committed)
+    yield from (head, synced, first, retained, keep_time, keep_bytes, oldest, offset, committed)
 
 
 # -- the text format, written fast ----------------------------------------------
