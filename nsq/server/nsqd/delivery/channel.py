@@ -80,6 +80,8 @@ class Channel:
         self.queue: deque[Entry] = deque()
         self.store = store
         self.backend = store.backend
+        #: the store's (constant) ``tracks_offsets``, kept here for the hot path
+        self._tracks = store.tracks_offsets
         self.clients: dict[int, Subscriber] = {}
         self._ready: dict[Subscriber, None] = {}
         self.in_flight: dict[bytes, Message] = {}
@@ -148,7 +150,7 @@ class Channel:
                 for them.
         """
         store = self.store
-        if store.tracks_offsets and store.behind():
+        if self._tracks and self.backend.depth:
             # the store has a backlog: these come after it, read when their
             # turn comes; deferred ones (DPUB) are held back now, as in memory
             self.message_count += len(msgs)
@@ -178,7 +180,7 @@ class Channel:
         else:
             q.extend(msgs)
             self.message_count += fresh
-        if store.tracks_offsets:
+        if self._tracks:
             store.took(msgs)
         if q:
             if self._ready and not self.paused:
@@ -381,7 +383,7 @@ class Channel:
         latency (now - publish timestamp, ns) is recorded (Go
         ``FinishMessage``). Raises :class:`ChannelError`."""
         msg = self._pop_in_flight(client, msg_id)
-        if self.store.tracks_offsets:
+        if self._tracks:
             self.store.finish((msg[OFFSET],))
         if self.e2e is not None:
             self.e2e.insert(msg[TIMESTAMP])
@@ -392,7 +394,7 @@ class Channel:
         in order; the others are done."""
         pop = self.in_flight.pop
         e2e = self.e2e
-        offsets = self.store.tracks_offsets
+        offsets = self._tracks
         track = e2e is not None or offsets
         failed = []
         done = []

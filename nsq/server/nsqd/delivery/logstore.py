@@ -81,10 +81,6 @@ class LogChannelStore:
         self.cursor.attach_deferred(channel.deferred_log)
         self.restore_deferred(channel, self.cursor.restore)
 
-    def behind(self) -> bool:
-        """True while the cursor has a backlog in the log."""
-        return self.cursor.depth > 0
-
     def queue_behind(self, channel: Channel, msgs: list[Entry]) -> list[Entry]:
         """They are read from the log when their turn comes; the deferred
         ones (DPUB) are held now (the cursor skips them)."""
@@ -385,8 +381,15 @@ class LogTopicStore:
         return range(base, base + len(ids))
 
     def append_one(self, msg_id: bytes, body: bytes, ts: int, defer_ms: int) -> int:
-        """One record."""
-        return self._append(encode_record(msg_id, body, ts, 0, defer_ms), 1)
+        """One record (:meth:`_append` inline: this is every PUB's path)."""
+        tlog = self.log
+        if tlog.error is not None:
+            return self._append(encode_record(msg_id, body, ts, 0, defer_ms), 1)
+        try:
+            return tlog.append_joined(encode_record(msg_id, body, ts, 0, defer_ms), 1)
+        except BackendFull as exc:
+            self.host.set_health(str(exc))
+            raise
 
     def append_entries(self, entries: list[Entry]) -> list[Entry]:
         """Records keeping each entry's id, timestamp and attempts."""

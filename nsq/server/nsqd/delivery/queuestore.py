@@ -59,12 +59,9 @@ class QueueChannelStore:
             log.info("CHANNEL(%s:%s): %d deferred messages restored", channel.topic.name, channel.name,
                      len(channel.deferred))
 
-    def behind(self) -> bool:
-        """Never: new messages go to memory first (Go alternates memory and disk)."""
-        return False
-
     def queue_behind(self, channel: Channel, msgs: list[Entry]) -> list[Entry]:
-        """Not used (:meth:`behind` is False).
+        """Not used (``tracks_offsets`` is False: new messages go to memory
+        first, and Go alternates memory and disk).
 
         Raises:
             StoreError: always.

@@ -54,9 +54,9 @@ class ChannelStore(Protocol):
         cursor: the channel's position in its topic's log, or None.
         tracks_offsets: the store keeps positions by offset: what the
             channel takes (:meth:`took`), finishes or dead-letters
-            (:meth:`finish`) must be reported, and new messages may have to
-            queue behind its backlog (:meth:`behind`); False: none of these
-            is called.
+            (:meth:`finish`) must be reported, and while its ``backend``
+            has a depth (a backlog) new messages queue behind it
+            (:meth:`queue_behind`); False: none of these is called.
         persist_deferred: a DPUB's deferral goes to the channel's deferred
             log (False: the store keeps the delay itself).
     """
@@ -73,9 +73,6 @@ class ChannelStore(Protocol):
     def open(self, channel: Channel) -> None:
         """The channel was made: restore what the engine kept of it
         (deferred messages) through the channel's own methods."""
-
-    def behind(self) -> bool:
-        """New messages must queue behind a backlog the store holds."""
 
     def queue_behind(self, channel: Channel, msgs: list[Entry]) -> list[Entry]:
         """Queue ``msgs`` behind the backlog; the deferred ones (DPUB), to

@@ -63,6 +63,8 @@ class Topic:
         self.queue: deque[Entry] = deque()
         self.store = store
         self.backend = store.backend
+        #: the store's (constant) ``appends``, kept here for the hot path
+        self._appends = store.appends
         self.paused = False
         #: True while a new topic asks lookupd which channels to create first
         self.starting = False
@@ -150,7 +152,7 @@ class Topic:
         # a topic without a channel, with room in memory, queues it there
         # (what _check_room and _accept decide, without their calls)
         store = self.store
-        held = not self.channels and not store.appends and len(self.queue) < self.mem_queue_size
+        held = not self.channels and not self._appends and len(self.queue) < self.mem_queue_size
         if not held:
             self._check_room(1)
         now = time.time_ns()
@@ -164,7 +166,7 @@ class Topic:
             self.queue.append((msg_id, body, now, 0, defer_ms, NO_OFFSET))
             return
         offset = NO_OFFSET
-        if store.appends:
+        if self._appends:
             try:
                 offset = store.append_one(msg_id, body, now, defer_ms)
             except BackendFull as exc:
@@ -191,7 +193,7 @@ class Topic:
         self.message_count += len(msgs)
         self.message_bytes += nbytes
         if self.channels and not self.paused and not self.starting:
-            if self.store.appends:
+            if self._appends:
                 self.store.handed_on(msgs)
             self._distribute(msgs)
         else:
