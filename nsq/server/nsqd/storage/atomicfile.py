@@ -5,7 +5,9 @@ deferred log).
 The new content goes to ``<path>.<random>.tmp`` in the same directory, is
 fsynced and renamed over ``path`` (as Go nsqd's ``writeSyncFile`` +
 ``os.Rename`` in nsqd/nsqd.go ``PersistMetadata`` and go-diskqueue's
-``persistMetaData``). If any step fails (``ENOSPC`` on a full disk, ``EIO``)
+``persistMetaData``), and the directory is fsynced, so the new name
+survives a power cut (Go never fsyncs the directory: after a power cut its
+rename may be gone). If any step fails (``ENOSPC`` on a full disk, ``EIO``)
 the temp file is removed and the old file is left whole.
 """
 
@@ -15,7 +17,7 @@ import errno
 import os
 import random
 
-__all__ = ["write_all", "replace_atomically", "NO_SPACE"]
+__all__ = ["write_all", "replace_atomically", "fsync_dir", "NO_SPACE"]
 
 #: errnos of a disk with no room left (a new file cannot be written)
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -35,12 +37,29 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def replace_atomically(path: str, data: bytes) -> None:
-    """Make ``path`` hold ``data`` (bytes), all or nothing.
+def fsync_dir(path: str) -> None:
+    """fsync the directory ``path`` ("" is the current one): the entries
+    created, renamed or removed in it so far survive a power cut.
 
     Raises:
-        OSError: it could not be written; ``path`` is as it was and no temp
-            file is left behind.
+        OSError: the directory could not be opened or synced.
+    """
+    fd = os.open(path or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_atomically(path: str, data: bytes) -> None:
+    """Make ``path`` hold ``data`` (bytes), all or nothing, durably: the
+    file and then its directory are fsynced.
+
+    Raises:
+        OSError: it could not be written, or the directory could not be
+            synced (``path`` may then hold the new content, but it is not
+            known to survive a power cut); on a failed write ``path`` is as
+            it was and no temp file is left behind.
     """
     tmp = f"{path}.{random.getrandbits(62)}.tmp"
     try:
@@ -57,3 +76,4 @@ def replace_atomically(path: str, data: bytes) -> None:
         except OSError:
             pass
         raise
+    fsync_dir(os.path.dirname(path))

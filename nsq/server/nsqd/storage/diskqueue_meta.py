@@ -55,19 +55,10 @@ def write_meta(meta_path: str, text: bytes, subject: str) -> None:
         OSError: neither worked.
     """
     try:
-        replace_atomically(meta_path, text)
+        replace_atomically(meta_path, text)  # the directory is fsynced too
     except OSError as e:
         if e.errno not in NO_SPACE or not _write_in_place(meta_path, text, subject):
             raise
-        return
-    try:  # make the rename durable
-        dfd = os.open(os.path.dirname(meta_path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
 
 
 def _write_in_place(meta_path: str, text: bytes, subject: str) -> bool:

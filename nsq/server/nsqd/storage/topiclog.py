@@ -53,7 +53,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
-from nsq.server.nsqd.storage.atomicfile import write_all
+from nsq.server.nsqd.storage.atomicfile import fsync_dir, write_all
 from nsq.server.nsqd.storage.backend import BackendFull
 from nsq.server.nsqd.storage.logsegment import (CHUNK, FRAME, HEAD, INDEX_EVERY, SEGMENT_SUFFIX, LogRecord, Segment,
                                                  encode_batch, encode_record, parse_record, segment_name)
@@ -97,10 +97,19 @@ class TopicLog(AppendFile):
         self._closed = False
         self._wfd: int | None = None
         self._roll_next = False  # an fsync failed: the next append starts a new segment
-        os.makedirs(path, exist_ok=True)
+        #: directories whose new entries (the log's directory, a segment)
+        #: are not known to be durable yet: synced before the next append
+        self._unsynced_dirs: list[str] = []
+        if not os.path.isdir(path):
+            os.makedirs(path, exist_ok=True)
+            self._unsynced_dirs.append(os.path.dirname(path))
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._open()
+        try:
+            self._sync_dirs()
+        except OSError as exc:  # retried before the first append, which fails if it fails again
+            log.error("TOPIC(%s): failed to sync the log directory - %s", self.name, exc)
         self.first = self._segments[0].base
         active = self._segments[-1]
         assert active.count is not None
@@ -126,7 +135,19 @@ class TopicLog(AppendFile):
             self._scan(self._segments[-1], repair=True)
         self._bases = [s.base for s in self._segments]
         active = self._segments[-1]
+        if not os.path.exists(active.path):
+            self._unsynced_dirs.append(self.path)
         self._wfd = os.open(active.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+    def _sync_dirs(self) -> None:
+        """fsync the directories with new entries (a power cut keeps them).
+
+        Raises:
+            OSError: one failed (it stays owed).
+        """
+        while self._unsynced_dirs:
+            fsync_dir(self._unsynced_dirs[0])
+            self._unsynced_dirs.pop(0)
 
     def _scan(self, seg: Segment, repair: bool = False) -> None:
         """Count ``seg``'s whole records and build its sparse index; with
@@ -206,6 +227,12 @@ class TopicLog(AppendFile):
         """
         if self._closed:
             raise BackendFull(f"TOPIC({self.name}) log is closed")
+        if self._unsynced_dirs:
+            try:
+                self._sync_dirs()
+            except OSError as exc:
+                self.error = f"failed to sync the log directory - {os.strerror(exc.errno or 0)}"
+                raise BackendFull(self.error) from None
         if count > 1 and self._segments[-1].size + len(data) > self.max_bytes_per_file:
             return self._append_split(data)
         return self._append(data, count)
@@ -319,17 +346,12 @@ class TopicLog(AppendFile):
         self._roll_next = False
         self._segments.append(seg)
         self._bases.append(seg.base)
-        self._fsync_dir()
-
-    def _fsync_dir(self) -> None:
+        self._unsynced_dirs.append(self.path)
         try:
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            log.error("TOPIC(%s): failed to sync the log directory - %s", self.name, exc)
+            self._sync_dirs()
+        except OSError as exc:  # the new segment may not survive a power cut: nothing goes there until it is synced
+            self.error = f"failed to sync the log directory - {os.strerror(exc.errno or 0)}"
+            raise BackendFull(self.error) from None
 
     # -- syncing -------------------------------------------------------------------
 
