@@ -365,9 +365,10 @@ class NSQD:
         """Stop syncing a backend that was closed or deleted."""
         self.disk.forget_backend(backend)
 
-    def write_at_exit(self, backend: BackendQueue, records: list[bytes], subject: str) -> None:
-        """Write messages held in memory at exit (:meth:`DataPath.write_at_exit`)."""
-        self.disk.write_at_exit(backend, records, subject)
+    def write_at_exit(self, backend: BackendQueue, records: list[bytes], subject: str) -> int:
+        """Write messages held in memory at exit (:meth:`DataPath.write_at_exit`);
+        how many were written."""
+        return self.disk.write_at_exit(backend, records, subject)
 
     def notify_channel_created(self, topic: Topic, channel: Channel) -> None:
         """A channel appeared: persist metadata, REGISTER it with the lookupds."""

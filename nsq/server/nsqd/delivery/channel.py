@@ -80,8 +80,9 @@ class Channel:
         self.queue: deque[Entry] = deque()
         self.store = store
         self.backend = store.backend
-        #: the store's (constant) ``tracks_offsets``, kept here for the hot path
+        #: the store's (constant) ``tracks_offsets`` and ``keeps_order``, kept here for the hot path
         self._tracks = store.tracks_offsets
+        self._ordered = store.keeps_order
         self.clients: dict[int, Subscriber] = {}
         self._ready: dict[Subscriber, None] = {}
         self.in_flight: dict[bytes, Message] = {}
@@ -150,7 +151,7 @@ class Channel:
                 for them.
         """
         store = self.store
-        if self._tracks and self.backend.depth:
+        if self._ordered and self.backend.depth:
             # the store has a backlog: these come after it, read when their
             # turn comes; deferred ones (DPUB) are held back now, as in memory
             self.message_count += len(msgs)
@@ -180,7 +181,7 @@ class Channel:
         else:
             q.extend(msgs)
             self.message_count += fresh
-        if self._tracks:
+        if self._ordered:
             store.took(msgs)
         if q:
             if self._ready and not self.paused:
@@ -316,7 +317,16 @@ class Channel:
         in_flight = self.in_flight
         if settings.sample_rate:
             rate = settings.sample_rate
-            entries = [m for m in entries if random.randrange(100) <= rate]
+            kept: list[Entry] = []
+            dropped: list[int] = []
+            for m in entries:
+                if random.randrange(100) <= rate:
+                    kept.append(m)
+                elif m[5] >= 0:
+                    dropped.append(m[5])
+            if dropped and self._tracks:  # not sampled: gone for this channel, as in Go
+                self.store.finish(dropped)
+            entries = kept
             if not entries:
                 return
         batch: list[Message] = []
@@ -383,7 +393,7 @@ class Channel:
         latency (now - publish timestamp, ns) is recorded (Go
         ``FinishMessage``). Raises :class:`ChannelError`."""
         msg = self._pop_in_flight(client, msg_id)
-        if self._tracks:
+        if self._tracks and msg[OFFSET] >= 0:
             self.store.finish((msg[OFFSET],))
         if self.e2e is not None:
             self.e2e.insert(msg[TIMESTAMP])

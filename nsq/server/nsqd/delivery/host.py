@@ -59,8 +59,9 @@ class QueueHost(Protocol):
     def forget_backend(self, backend: Any) -> None:
         """Stop syncing a closed or deleted backend."""
 
-    def write_at_exit(self, backend: BackendQueue, records: list[bytes], subject: str) -> None:
-        """Write messages held in memory at exit, never raising."""
+    def write_at_exit(self, backend: BackendQueue, records: list[bytes], subject: str) -> int:
+        """Write messages held in memory at exit, never raising; how many
+        (the first ones) were written."""
 
     def set_health(self, error: str | None) -> None:
         """Report a disk error (``/ping`` NOK) or None for OK."""

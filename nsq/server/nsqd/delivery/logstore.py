@@ -68,6 +68,7 @@ class LogChannelStore:
     ``backend`` too: its depth is what is left in the log only)."""
 
     tracks_offsets = True
+    keeps_order = True
     persist_deferred = False
 
     def __init__(self, cursor: ChannelCursor) -> None:

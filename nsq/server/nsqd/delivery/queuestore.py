@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from nsq.protocol.message import encode_message
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.storage.backend import BackendFull, BackendQueue, put_overflow
+from nsq.server.nsqd.storage.diskqueue import DiskQueue
 from nsq.server.nsqd.storage.message import DEADLINE, NO_OFFSET, Entry, decode_entries, encode_entries, entry
 from nsq.server.nsqd.delivery.stores import ChannelStore, StoreError
 
@@ -34,15 +35,24 @@ log = logging.getLogger("nsq.nsqd")
 
 class QueueChannelStore:
     """A channel's overflow backend (disk queue, discard, refuse): the
-    channel's memory queue spills into it past ``--mem-queue-size``."""
+    channel's memory queue spills into it past ``--mem-queue-size``.
+
+    A message read from a disk queue carries the token of its read batch in
+    its entry's offset field, and the queue's persisted read position stays
+    at the oldest batch not finished (:meth:`DiskQueue.read_held`): a crash
+    or power cut reads in-flight and requeued messages again instead of
+    losing them (Go loses them)."""
 
     cursor = None
-    tracks_offsets = False
+    keeps_order = False
     persist_deferred = True
 
     def __init__(self, host: QueueHost, backend: BackendQueue) -> None:
         self.host = host
         self.backend = backend
+        self._disk = backend if isinstance(backend, DiskQueue) else None
+        #: FINs are reported: the disk queue holds its reads until then
+        self.tracks_offsets = self._disk is not None
 
     def open(self, channel: Channel) -> None:
         """Re-arm the deferred messages of the channel's deferred log at
@@ -89,6 +99,8 @@ class QueueChannelStore:
         overflow = [q.pop() for _ in range(excess)]
         overflow.reverse()
         stored = put_overflow(backend, encode_entries(overflow), self.host.set_health)
+        if self._disk is not None:  # read from disk before, stored again at the tail now
+            self.finish([e[5] for e in overflow[:stored]])
         if stored == excess:
             return
         refused = min(excess - stored, fresh)
@@ -104,14 +116,33 @@ class QueueChannelStore:
         SetHealth)."""
         if not self.backend.accepts_overflow:
             return False
-        return bool(put_overflow(self.backend, [encode_message(e[2], e[3], e[0], e[1])], self.host.set_health))
+        if not put_overflow(self.backend, [encode_message(e[2], e[3], e[0], e[1])], self.host.set_health):
+            return False
+        if e[5] >= 0 and self._disk is not None:  # stored again at the tail
+            self._disk.release(e[5])
+        return True
 
     def read(self, channel: Channel, n: int) -> list[Entry]:
-        """Up to ``n`` messages read (and removed) from the backend."""
-        return decode_entries(self.backend.read_many(n), f"CHANNEL({channel.topic.name}:{channel.name})")
+        """Up to ``n`` messages read (and removed) from the backend; from a
+        disk queue, held there until finished (their offset is the token)."""
+        subject = f"CHANNEL({channel.topic.name}:{channel.name})"
+        if self._disk is None:
+            return decode_entries(self.backend.read_many(n), subject)
+        records, token = self._disk.read_held(n)
+        entries = decode_entries(records, subject, token)
+        if len(entries) < len(records):  # undecodable records: gone, not held
+            for _ in range(len(records) - len(entries)):
+                self._disk.release(token)
+        return entries
 
     def finish(self, offsets: Iterable[int]) -> None:
-        """Nothing to note: a finished message is gone."""
+        """Messages read from the disk queue (a token >= 0) are finished:
+        its persisted read position may move on."""
+        disk = self._disk
+        if disk is not None:
+            for token in offsets:
+                if token >= 0:
+                    disk.release(token)
 
     def peek(self, n: int) -> list[Entry]:
         """The backend's next ``n`` messages, changing nothing."""
@@ -137,11 +168,19 @@ class QueueChannelStore:
         elif channel._unlogged:
             msgs += [item[2] for item in sorted(channel.deferred.values()) if item[2][0] in channel._unlogged]
             channel._unlogged.clear()
+        stored = len(msgs)
         if msgs and self.backend.accepts_overflow and not channel.ephemeral:
             log.info("CHANNEL(%s): flushing %d memory %d in-flight %d deferred messages to backend",
                      channel.name, len(channel.queue), len(channel.in_flight), len(channel.deferred))
-            self.host.write_at_exit(self.backend, encode_entries(msgs),
-                                    f"CHANNEL({channel.topic.name}:{channel.name})")
+            stored = self.host.write_at_exit(self.backend, encode_entries(msgs),
+                                             f"CHANNEL({channel.topic.name}:{channel.name})")
+        if self._disk is not None:
+            if stored == len(msgs):
+                # what was read and held is at the tail again, or in the
+                # deferred log, or finished: the read position moves on
+                self._disk.release_all()
+            else:  # those not written stay held: a restart reads them again
+                self.finish([e[5] for e in msgs[:stored]])
         return len(msgs)
 
     def close(self) -> None:

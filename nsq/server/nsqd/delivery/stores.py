@@ -52,11 +52,14 @@ class ChannelStore(Protocol):
             ``backend_depth`` (messages not in memory) and whose ``error``
             says why its disk fails (None while it works).
         cursor: the channel's position in its topic's log, or None.
-        tracks_offsets: the store keeps positions by offset: what the
-            channel takes (:meth:`took`), finishes or dead-letters
-            (:meth:`finish`) must be reported, and while its ``backend``
-            has a depth (a backlog) new messages queue behind it
-            (:meth:`queue_behind`); False: none of these is called.
+        tracks_offsets: what the channel finishes or dead-letters must be
+            reported (:meth:`finish`, with each entry's offset: its place
+            in a topic log, or the token of the disk-queue read it came
+            from); False: it is not called.
+        keeps_order: the store keeps a position in one ordered log: what
+            the channel takes as published must be reported (:meth:`took`),
+            and while its ``backend`` has a depth (a backlog) new messages
+            queue behind it (:meth:`queue_behind`); False: neither is called.
         persist_deferred: a DPUB's deferral goes to the channel's deferred
             log (False: the store keeps the delay itself).
     """
@@ -67,6 +70,8 @@ class ChannelStore(Protocol):
     def cursor(self) -> ChannelCursor | None: ...
     @property
     def tracks_offsets(self) -> bool: ...
+    @property
+    def keeps_order(self) -> bool: ...
     @property
     def persist_deferred(self) -> bool: ...
 

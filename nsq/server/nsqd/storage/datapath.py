@@ -339,11 +339,14 @@ class DataPath:
         log.warning("disk full: released %s to write what is in memory", path)
         return True
 
-    def write_at_exit(self, backend: BackendQueue, records: list[bytes], subject: str) -> None:
+    def write_at_exit(self, backend: BackendQueue, records: list[bytes], subject: str) -> int:
         """Write ``records`` (messages held in memory) to ``backend`` at exit.
 
         On a full disk the reserve is released and the write retried; what
         still cannot be written is logged with its count. Never raises.
+
+        Returns:
+            How many of ``records`` (the first ones) were written.
         """
         stored = put_overflow(backend, records, self._set_health)
         if stored < len(records) and self.release_reserve():
@@ -351,6 +354,7 @@ class DataPath:
         if stored < len(records):
             log.error("%s: %d messages could not be written at exit - %s",
                       subject, len(records) - stored, backend.error or "write failed")
+        return stored
 
 
 def _log_sync_failure(fut: asyncio.Future[Any]) -> None:

@@ -82,6 +82,7 @@ from itertools import chain
 
 from .backend import BackendFull, BackendQueue
 from .diskqueue_meta import format_meta, listdir, parse_meta, scan_data_files, scan_records, write_meta
+from .readhold import HeldReads
 from .syncpolicy import after_writes
 
 __all__ = ["DiskQueue"]
@@ -123,6 +124,10 @@ class DiskQueue(BackendQueue):
         self.write_pos = 0
         self.depth = 0
 
+        #: reads handed out and not finished (:meth:`read_held`; a channel's
+        #: queue): the meta file's read position stays at the oldest
+        self.held = HeldReads()
+        self._retired: list[int] = []  # read files kept for them
         self._closed = False
         self._dirty = False  # state changed since the last sync
         self._writes_since_sync = 0
@@ -328,6 +333,36 @@ class DiskQueue(BackendQueue):
                 break
             num, pos = num + 1, 0
         return out
+
+    def read_held(self, n: int) -> tuple[list[bytes], int]:
+        """:meth:`read_many`, the batch held until each record is
+        :meth:`release`d: the persisted read position stays at the oldest
+        held batch (:mod:`~nsq.server.nsqd.storage.readhold`). Returns the
+        records and the batch's token (-1 when nothing was read)."""
+        file_num, pos = self.read_file_num, self.read_pos
+        records = self.read_many(n)
+        if not records:
+            return records, -1
+        return records, self.held.take(file_num, pos, len(records))
+
+    def release(self, token: int) -> None:
+        """One record of held batch ``token`` is finished, or stored again."""
+        if self.held.release(token):
+            self._dirty = True
+            self._remove_retired()
+
+    def release_all(self) -> None:
+        """Every held record is finished or stored again (exit, empty)."""
+        if self.held:
+            self.held.clear()
+            self._dirty = True
+        self._remove_retired()
+
+    def _remove_retired(self) -> None:
+        oldest = self.held.oldest()
+        keep = oldest[0] if oldest is not None else self.read_file_num
+        while self._retired and self._retired[0] < keep:
+            self._remove(self._file_name(self._retired.pop(0)))
 
     def read_many(self, n: int) -> list[bytes]:
         """Pop up to ``n`` records (fewer if the queue runs out)."""
@@ -536,7 +571,11 @@ class DiskQueue(BackendQueue):
         self.read_file_num = old + 1
         self.read_pos = 0
         self._dirty = True  # Go: "sync every time we start reading from a new file"
-        self._remove(self._file_name(old))
+        oldest = self.held.oldest()
+        if oldest is not None and oldest[0] <= old:
+            self._retired.append(old)  # held records are in it: a restart reads them again
+        else:
+            self._remove(self._file_name(old))
 
     def _roll_write_file(self) -> None:
         self._roll_next = False
@@ -621,6 +660,10 @@ class DiskQueue(BackendQueue):
         """Delete files read..write and start empty at the next file number."""
         self._close_read_file()
         self._close_write_file()
+        self.held.clear()
+        for num in self._retired:
+            self._remove(self._file_name(num))
+        self._retired = []
         for num in range(self.read_file_num, self.write_file_num + 1):
             self._remove(self._file_name(num))
         self.write_file_num = max(self.read_file_num, self.write_file_num) + 1
@@ -631,6 +674,10 @@ class DiskQueue(BackendQueue):
         self._dirty = True
 
     def _meta_text(self) -> bytes:
+        oldest = self.held.oldest()
+        if oldest is not None:  # records handed out and not finished are read again after a restart
+            return format_meta(self.depth + self.held.records, oldest[0], oldest[1], self.write_file_num,
+                               self.write_pos)
         return format_meta(self.depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos)
 
     def _persist_meta(self) -> None:

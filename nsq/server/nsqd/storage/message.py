@@ -58,9 +58,10 @@ def encode_entries(entries: list[Entry]) -> list[bytes]:
     return [pack(e[2], e[3]) + e[0] + e[1] for e in entries]
 
 
-def decode_entries(records: list[bytes], subject: str = "") -> list[Entry]:
-    """Queue entries (delay 0) from disk records; a record that does not
-    decode is skipped with a log line naming ``subject`` (``TOPIC(t)``)."""
+def decode_entries(records: list[bytes], subject: str = "", offset: int = NO_OFFSET) -> list[Entry]:
+    """Queue entries (delay 0, ``offset`` for each) from disk records; a
+    record that does not decode is skipped with a log line naming
+    ``subject`` (``TOPIC(t)``)."""
     out: list[Entry] = []
     for record in records:
         try:
@@ -68,5 +69,5 @@ def decode_entries(records: list[bytes], subject: str = "") -> list[Entry]:
         except ProtocolError as exc:
             log.error("%s: failed to decode message - %s", subject, exc)
             continue
-        out.append((m.id, m.body, m.timestamp, m.attempts, 0, NO_OFFSET))
+        out.append((m.id, m.body, m.timestamp, m.attempts, 0, offset))
     return out
