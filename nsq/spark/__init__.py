@@ -32,14 +32,19 @@ Data sources:
   batch reads of to-file output, plain or gzip (:mod:`nsq.spark.archive`).
 
 Spark starts Python workers with the interpreter its SparkContext read
-from ``PYSPARK_PYTHON`` when it was built (``python3`` when unset), and
-that interpreter must have nsq installed. Importing this package changes
-nothing; :func:`register` points Spark at the running interpreter when
-``PYSPARK_PYTHON`` is unset (see there).
+from ``PYSPARK_PYTHON`` when it was built (``python3`` when unset), on the
+driver (planning, the streaming source) and on every executor (reading,
+writing): that interpreter needs pyarrow and nsq's dependencies, and nsq
+itself installed or shipped (``--py-files nsq-*.whl``). Importing this
+package changes nothing; :func:`register` points Spark at the running
+interpreter when ``PYSPARK_PYTHON`` is unset and the master is local, and
+puts wheels given with ``--py-files`` on the workers' Python path (see
+there).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any
@@ -55,6 +60,8 @@ _LAZY = {
     "STREAM_SCHEMA": "nsq.spark.columns",
 }
 
+log = logging.getLogger("nsq.spark")
+
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
@@ -69,12 +76,22 @@ def register(spark: Any) -> None:
     """Register the ``nsq`` and ``nsq-archive`` data sources with a
     SparkSession (``spark.dataSource.register``).
 
-    When ``PYSPARK_PYTHON`` is unset, this sets it to the running
-    interpreter (``sys.executable``) for SparkContexts built later, and
-    points ``spark``'s own context at it if that context was built with
-    Spark's default (``python3``): the Python workers that plan and read
-    the data sources must import nsq. Set ``PYSPARK_PYTHON`` before
-    building the session to choose another interpreter.
+    When ``PYSPARK_PYTHON`` is unset and the master is local (``local``,
+    ``local[N]``, ``local-cluster[...]``: the workers run on this machine),
+    this sets it to the running interpreter (``sys.executable``) for
+    SparkContexts built later, and points ``spark``'s own context at it if
+    that context was built with Spark's default (``python3``): the Python
+    workers that plan and read the data sources must import nsq. On any
+    other master the interpreter is left to Spark (its path here means
+    nothing on the executors' machines): set ``PYSPARK_PYTHON`` (or
+    ``spark.pyspark.python`` with spark-submit) to an interpreter every node
+    has.
+
+    Wheels given with ``--py-files`` (``spark.submit.pyFiles``) are put on
+    the Python path of the workers Spark starts from now on: Spark ships
+    them to every executor but puts only ``.zip``, ``.egg`` and ``.jar``
+    files on that path (pyspark's ``SparkContext.PACKAGE_EXTENSIONS``), so
+    without this ``--py-files nsq-*.whl`` reaches the driver only.
 
     Raises:
         ImportError: pyspark or pyarrow is missing (install ``nsq[spark]``).
@@ -85,21 +102,59 @@ def register(spark: Any) -> None:
     from nsq.spark.source import NSQDataSource
 
     _use_this_python(spark)
+    _include_shipped_wheels(spark)
     spark.dataSource.register(NSQDataSource)
     spark.dataSource.register(NSQArchiveDataSource)
 
 
+def _context(spark: Any) -> Any:
+    """``spark.sparkContext``, or None on a Spark Connect session (no JVM context)."""
+    try:
+        return spark.sparkContext
+    except Exception:  # noqa: BLE001  (pyspark raises its own error types there)
+        return None
+
+
 def _use_this_python(spark: Any) -> None:
     """Make Spark start this interpreter for Python workers, unless
-    ``PYSPARK_PYTHON`` says otherwise (see :func:`register`)."""
+    ``PYSPARK_PYTHON`` says otherwise or the master is not local (see
+    :func:`register`)."""
     if os.environ.get("PYSPARK_PYTHON"):
         return
+    context = _context(spark)
+    master = getattr(context, "master", None)
+    if isinstance(master, str) and not master.startswith("local"):
+        log.info("nsq.spark: master %s, PYSPARK_PYTHON unset: Spark starts %s for Python workers on the "
+                 "driver and the executors", master, getattr(context, "pythonExec", "python3"))
+        return
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    try:
-        context = spark.sparkContext  # absent on Spark Connect sessions
-    except Exception:  # noqa: BLE001  (pyspark raises its own error types there)
+    if context is None:
         return
     # pyspark reads PYSPARK_PYTHON once, when the context is built, and
     # wraps every Python function (a data source too) with that value
     if getattr(context, "pythonExec", None) == "python3":
         context.pythonExec = sys.executable
+
+
+def _include_shipped_wheels(spark: Any) -> list[str]:
+    """Add the ``.whl`` files of ``spark.submit.pyFiles`` to the context's
+    Python includes (the names, relative to each node's SparkFiles
+    directory, that Spark puts on its Python workers' path); returns those
+    added (see :func:`register`)."""
+    context = _context(spark)
+    includes = getattr(context, "_python_includes", None)
+    if context is None or not isinstance(includes, list):
+        return []
+    try:
+        shipped = context.getConf().get("spark.submit.pyFiles", "") or ""
+    except Exception:  # noqa: BLE001  (no JVM behind a stand-in context)
+        return []
+    added = []
+    for path in shipped.split(","):
+        name = path.strip().rstrip("/").rsplit("/", 1)[-1]
+        if name.lower().endswith(".whl") and name not in includes:
+            includes.append(name)
+            added.append(name)
+    if added:
+        log.info("nsq.spark: on the Python workers' path: %s", ", ".join(added))
+    return added
