@@ -87,11 +87,14 @@ def register(spark: Any) -> None:
     ``spark.pyspark.python`` with spark-submit) to an interpreter every node
     has.
 
-    Wheels given with ``--py-files`` (``spark.submit.pyFiles``) are put on
-    the Python path of the workers Spark starts from now on: Spark ships
-    them to every executor but puts only ``.zip``, ``.egg`` and ``.jar``
-    files on that path (pyspark's ``SparkContext.PACKAGE_EXTENSIONS``), so
-    without this ``--py-files nsq-*.whl`` reaches the driver only.
+    What ``--py-files`` (``spark.submit.pyFiles``) shipped, nsq's wheel
+    for one, is put on the path of the Python workers Spark starts from now
+    on, for the functions wrapped after this call (these data sources). On
+    its own Spark leaves out wheels (it takes ``.zip``, ``.egg`` and
+    ``.jar`` only, pyspark's ``SparkContext.PACKAGE_EXTENSIONS``), and the
+    streaming source runner on the driver misses every shipped file
+    (:func:`_reach_shipped_files`): without this, a stream fails with
+    ``No module named 'nsq'`` unless nsq is installed on the driver.
 
     Raises:
         ImportError: pyspark or pyarrow is missing (install ``nsq[spark]``).
@@ -102,7 +105,7 @@ def register(spark: Any) -> None:
     from nsq.spark.source import NSQDataSource
 
     _use_this_python(spark)
-    _include_shipped_wheels(spark)
+    _reach_shipped_files(spark)
     spark.dataSource.register(NSQDataSource)
     spark.dataSource.register(NSQArchiveDataSource)
 
@@ -136,25 +139,47 @@ def _use_this_python(spark: Any) -> None:
         context.pythonExec = sys.executable
 
 
-def _include_shipped_wheels(spark: Any) -> list[str]:
-    """Add the ``.whl`` files of ``spark.submit.pyFiles`` to the context's
-    Python includes (the names, relative to each node's SparkFiles
-    directory, that Spark puts on its Python workers' path); returns those
-    added (see :func:`register`)."""
+#: what --py-files may name that Python imports from (a wheel is a zip)
+_IMPORTABLE = (".whl", ".zip", ".egg")
+
+
+def _reach_shipped_files(spark: Any, root: str | None = None) -> tuple[list[str], list[str]]:
+    """Make what ``--py-files`` (``spark.submit.pyFiles``) shipped importable
+    by every Python worker Spark starts from now on (see :func:`register`):
+
+    - the ``.whl`` files join the context's Python includes (names
+      relative to each node's SparkFiles directory, which Spark puts on its
+      workers' path; pyspark includes only ``.zip``, ``.egg`` and ``.jar``);
+    - the shipped ``.whl``, ``.zip`` and ``.egg`` files, at their place in
+      the driver's SparkFiles directory ``root``, join ``PYTHONPATH`` in
+      the context's worker environment: Spark 4's streaming source runner
+      (the driver-side process that runs a stream reader) looks for the
+      includes in a ``streaming_job`` subdirectory, where they are not, and
+      fails to unpickle the data source (paths that do not exist on a
+      node, the executors', are skipped by Python).
+
+    Returns:
+        (names added to the includes, paths added to ``PYTHONPATH``).
+    """
     context = _context(spark)
     includes = getattr(context, "_python_includes", None)
-    if context is None or not isinstance(includes, list):
-        return []
+    environment = getattr(context, "environment", None)
+    if context is None or not isinstance(includes, list) or not isinstance(environment, dict):
+        return [], []
     try:
         shipped = context.getConf().get("spark.submit.pyFiles", "") or ""
+        if root is None:
+            root = str(context._jvm.org.apache.spark.SparkFiles.getRootDirectory())
     except Exception:  # noqa: BLE001  (no JVM behind a stand-in context)
-        return []
-    added = []
-    for path in shipped.split(","):
-        name = path.strip().rstrip("/").rsplit("/", 1)[-1]
-        if name.lower().endswith(".whl") and name not in includes:
-            includes.append(name)
-            added.append(name)
+        return [], []
+    names = [p.strip().rstrip("/").rsplit("/", 1)[-1] for p in shipped.split(",") if p.strip()]
+    wheels = [n for n in dict.fromkeys(names) if n.lower().endswith(".whl") and n not in includes]
+    includes.extend(wheels)
+    path = [p for p in (environment.get("PYTHONPATH") or "").split(os.pathsep) if p]
+    local = [os.path.join(root, n) for n in dict.fromkeys(names) if n.lower().endswith(_IMPORTABLE)]
+    added = [p for p in local if p not in path and os.path.isfile(p)]
     if added:
-        log.info("nsq.spark: on the Python workers' path: %s", ", ".join(added))
-    return added
+        environment["PYTHONPATH"] = os.pathsep.join(path + added)
+    if wheels or added:
+        log.info("nsq.spark: --py-files on the Python workers' path: %s", ", ".join(wheels + added))
+    return wheels, added

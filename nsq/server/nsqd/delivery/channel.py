@@ -42,10 +42,8 @@ _NOT_OWNED = "client does not own message"
 
 
 class ChannelError(NSQError):
-    """FIN/REQ/TOUCH of a message that is not in flight to this client.
-
-    The text is Go's (``ID not in flight``, ``client does not own message``).
-    """
+    """FIN/REQ/TOUCH of a message not in flight to this client (Go's texts:
+    ``ID not in flight``, ``client does not own message``)."""
 
 
 class Channel:
@@ -57,9 +55,7 @@ class Channel:
         ephemeral: name ends in ``#ephemeral``; deleted with its last client.
         queue: memory queue (deque of :data:`~nsq.server.nsqd.storage.message.Entry`
             tuples), at most ``mem_queue_size`` long.
-        store: the storage engine's part of the channel
-            (:class:`~nsq.server.nsqd.delivery.stores.ChannelStore`): what is past
-            the memory queue, and what the engine keeps of the rest.
+        store: its storage engine's part (:class:`~nsq.server.nsqd.delivery.stores.ChannelStore`).
         backend: the store's queue (its depth: ``backend_depth``).
         clients: subscribed clients by client id.
         in_flight: messages sent and not yet finished, by id.
@@ -131,11 +127,11 @@ class Channel:
     # -- putting -------------------------------------------------------------
 
     def put_messages(self, msgs: list[Entry], new: bool = True) -> None:
-        """Queue new messages from the topic (entries shared by every channel).
-
-        Deferred ones (``defer_ms > 0``) go to the deferred heap; the rest are
-        delivered to ready clients at once where possible, and whatever is
-        past ``mem_queue_size`` afterwards goes to the backend.
+        """Queue new messages from the topic (entries shared by every
+        channel): deferred ones (``defer_ms > 0``) to the deferred heap, the
+        rest to ready clients at once where possible, and what is past
+        ``mem_queue_size`` afterwards to the store (or, while the store has a
+        backlog to read in order, all of them behind it).
 
         Args:
             msgs: the entries.
@@ -144,11 +140,10 @@ class Channel:
                 backend refuses then stays in memory, past the bound.
 
         Raises:
-            BackendFull: (``new`` only) the backend (a full or failing
-                disk) or the deferred log refused some of ``msgs``; those
-                are not kept here (the publish must be refused), the others
-                stay. The memory queue never grows past ``mem_queue_size``
-                for them.
+            BackendFull: (``new`` only) the store (a full or failing disk)
+                or the deferred log refused some of ``msgs``: those are not
+                kept (the publish is refused; memory stays within
+                ``mem_queue_size``), the others stay.
         """
         store = self.store
         if self._ordered and self.backend.depth:
@@ -191,10 +186,8 @@ class Channel:
                 store.overflow(self, excess, fresh, new)
 
     def capacity(self) -> int:
-        """Messages this channel can take now without a backend.
-
-        Free memory-queue slots plus what ready clients can take at once.
-        """
+        """Messages it can take now without a backend: free memory-queue
+        slots plus what ready clients can take at once."""
         cap = self.mem_queue_size - len(self.queue)
         if not self.paused and not self.queue:
             for client in self._ready:
@@ -316,17 +309,7 @@ class Channel:
         deadline = now + settings.msg_timeout
         in_flight = self.in_flight
         if settings.sample_rate:
-            rate = settings.sample_rate
-            kept: list[Entry] = []
-            dropped: list[int] = []
-            for m in entries:
-                if random.randrange(100) <= rate:
-                    kept.append(m)
-                elif m[5] >= 0:
-                    dropped.append(m[5])
-            if dropped and self._tracks:  # not sampled: gone for this channel, as in Go
-                self.store.finish(dropped)
-            entries = kept
+            entries = self._sample(entries, settings.sample_rate)
             if not entries:
                 return
         batch: list[Message] = []
@@ -343,19 +326,24 @@ class Channel:
             self.nsqd.arm_timers(self)
         client.send_messages(batch)
 
+    def _sample(self, entries: list[Entry], rate: int) -> list[Entry]:
+        """The ``rate`` % of ``entries`` a sampling client gets; the rest
+        are gone for this channel, as in Go (finished, for the store)."""
+        kept = [m for m in entries if random.randrange(100) <= rate]
+        if self._tracks and len(kept) < len(entries):
+            ids = {m[0] for m in kept}
+            self.store.finish([m[5] for m in entries if m[0] not in ids and m[5] >= 0])
+        return kept
+
     #: the in-flight heap is rebuilt when it holds this many more message
     #: references than twice the messages in flight
     PQ_SLACK = 4096
 
     def _compact_in_flight(self) -> None:
-        """Rebuild the in-flight heap from :attr:`in_flight` alone.
-
-        FIN/REQ remove a message from ``in_flight`` but leave its id in the
-        heap (lazy removal); without this, the ids of every finished message
-        would stay in memory until its deadline (``--msg-timeout``). Messages
-        sent together keep sharing one entry. Amortised O(1) per message:
-        it runs once the stale ids outnumber the live ones.
-        """
+        """Rebuild the in-flight heap from :attr:`in_flight` alone: FIN/REQ
+        leave ids in the heap (lazy removal), which would otherwise stay
+        until their deadline. Messages sent together keep sharing one entry;
+        amortised O(1) per message (it runs once stale ids outnumber live ones)."""
         by_deadline: dict[float, list[bytes]] = {}
         for msg_id, msg in self.in_flight.items():
             batch = by_deadline.get(msg[DEADLINE])
@@ -552,15 +540,10 @@ class Channel:
         """Drop every queued, in-flight and deferred message (as Go's Empty):
         memory, store and deferred log; each client's in-flight count goes
         to 0 and its readiness is checked again."""
-        self.queue.clear()
         self.store.empty()
         for client in self.clients.values():
             client.in_flight_count = 0
-        self.in_flight.clear()
-        self._in_flight_pq.clear()
-        self._pq_refs = 0
-        self.deferred.clear()
-        self._deferred_pq.clear()
+        self._forget()
         self._unlogged.clear()
         if self.deferred_log is not None:
             self.deferred_log.clear()
@@ -572,12 +555,16 @@ class Channel:
         (:meth:`ChannelStore.flush`); empty afterwards. Returns how many
         messages that was."""
         count = self.store.flush(self)
+        self._forget()
+        return count
+
+    def _forget(self) -> None:  # what memory holds: queued, in flight, deferred
         self.queue.clear()
         self.in_flight.clear()
-        self.deferred.clear()
         self._in_flight_pq.clear()
+        self._pq_refs = 0
+        self.deferred.clear()
         self._deferred_pq.clear()
-        return count
 
     def close(self, delete: bool) -> None:
         """Close every subscribed client and stop the channel (Go's ``exit``).
