@@ -71,6 +71,7 @@ answers OK. ``sync_timeout`` is only stored; the owner runs the timer.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -141,6 +142,10 @@ class DiskQueue(BackendQueue):
         #: why the last write failed (None once a write succeeds again)
         self.error: str | None = None
         self._roll_next = False  # an fsync failed: start a new file at the next write
+        #: the write file's generation; an fsync of a file that failed once
+        #: never counts again (see AppendFile): its syncs fail until the roll
+        self._file_gen = 0
+        self._failed_gen = -1
         self._meta_lock = threading.Lock()
         self._meta_gen = 0  # snapshots taken
         self._meta_written_gen = 0  # newest snapshot on disk
@@ -379,9 +384,12 @@ class DiskQueue(BackendQueue):
         if self._closed:
             return
         if self._wfd is not None:
+            if self._failed_gen == self._file_gen:
+                raise OSError(errno.EIO, "an earlier fsync of this file failed")
             try:
                 os.fsync(self._wfd)
             except OSError:
+                self._failed_gen = self._file_gen
                 self._roll_next = True
                 raise
         self._meta_gen += 1
@@ -417,15 +425,20 @@ class DiskQueue(BackendQueue):
         gen = self._meta_gen
         self._dirty = False
         self._writes_since_sync = 0
-        return self.background(lambda: self._sync_worker(fd, text, gen))
+        file_gen = self._file_gen
+        return self.background(lambda: self._sync_worker(fd, text, gen, file_gen))
 
-    def _sync_worker(self, fd: int | None, text: bytes, gen: int) -> None:
-        """Runs in the disk thread: fsync a dup of the write fd, then the meta."""
+    def _sync_worker(self, fd: int | None, text: bytes, gen: int, file_gen: int = -2) -> None:
+        """Runs in the disk thread: fsync a dup of the write fd, then the meta
+        (neither once an fsync of that file failed)."""
         try:
             if fd is not None:
+                if self._failed_gen == file_gen:
+                    raise OSError(errno.EIO, "an earlier fsync of this file failed")
                 try:
                     os.fsync(fd)
                 except OSError:
+                    self._failed_gen = file_gen
                     self._roll_next = True
                     raise
             with self._meta_lock:
@@ -589,6 +602,7 @@ class DiskQueue(BackendQueue):
             self._close_write_file()
         self.write_file_num = old_num + 1
         self.write_pos = 0
+        self._file_gen += 1  # fsyncs of the new file count again
         if self.read_file_num == old_num:
             if self.read_pos >= old_pos:
                 # the reader had read everything: follow the writer now

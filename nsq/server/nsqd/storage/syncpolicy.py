@@ -7,6 +7,7 @@ in the disk thread (Go: go-diskqueue's ``ioLoop``, which syncs after
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Callable
@@ -49,14 +50,18 @@ def after_writes(f: SyncedFile) -> None:
 
 
 def fsync_dup(fd: int, background: Callable[[Callable[[], None]], Future[None]],
-              failed: Callable[[OSError], None]) -> Future[None]:
+              failed: Callable[[OSError], None], broken: Callable[[], bool] = lambda: False) -> Future[None]:
     """fsync a dup of ``fd`` in the disk thread (``background``, an
     executor's ``submit``): the file may be closed meanwhile. ``failed``
-    runs in that thread with the error before the future fails with it."""
+    runs in that thread with the error before the future fails with it; if
+    ``broken()`` says an earlier fsync of the file failed, it fails at once
+    (``EIO``) without a new fsync, whose success would mean nothing."""
     dup = os.dup(fd)
 
     def work() -> None:
         try:
+            if broken():
+                raise OSError(errno.EIO, "an earlier fsync of this file failed")
             os.fsync(dup)
         except OSError as exc:
             failed(exc)
@@ -90,6 +95,13 @@ class AppendFile:
         self.strict_hook: Callable[[Any], None] | None = None
         self._dirty = False
         self._writes_since_sync = 0
+        #: which file the fd is (a subclass adds 1 when it starts a new one);
+        #: once an fsync of a file failed, no later fsync of it counts: the
+        #: kernel may have dropped its dirty pages and reports that once
+        #: (PostgreSQL's "fsyncgate"), so what was written there since the
+        #: last good fsync is lost, and so is anything written after it
+        self._file_gen = 0
+        self._failed_gen = -1
 
     def _sync_fd(self) -> int | None:
         """The open fd to fsync, or None."""
@@ -126,9 +138,12 @@ class AppendFile:
         """
         fd = self._sync_fd()
         if fd is not None and self._dirty:
+            if self._failed_gen == self._file_gen:
+                raise OSError(errno.EIO, "an earlier fsync of this file failed")
             try:
                 os.fsync(fd)
             except OSError as exc:
+                self._failed_gen = self._file_gen
                 self._sync_failed(exc)
                 raise
         self._synced()
@@ -148,10 +163,12 @@ class AppendFile:
             self.sync()
             return None
         self._synced()
+        gen = self._file_gen
 
         def failed(exc: OSError) -> None:
             self._dirty = True
+            self._failed_gen = gen
             self._sync_failed(exc)
             log.error("%s: failed to sync - %s", self.subject, exc)
 
-        return fsync_dup(fd, self.background, failed)
+        return fsync_dup(fd, self.background, failed, lambda: self._failed_gen == gen)

@@ -344,6 +344,7 @@ class TopicLog(AppendFile):
             self.error = f"failed to start a new log segment - {os.strerror(exc.errno or 0)}"
             raise BackendFull(self.error) from None
         self._roll_next = False
+        self._file_gen += 1  # fsyncs of the new segment count again
         self._segments.append(seg)
         self._bases.append(seg.base)
         self._unsynced_dirs.append(self.path)
