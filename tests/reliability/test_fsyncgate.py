@@ -70,3 +70,24 @@ def test_a_disk_queue_never_trusts_a_file_whose_fsync_failed(tmp_path, monkeypat
     dq.sync()
     assert dq.write_file_num == 1 and fail.failed == 1
     dq.close()
+
+
+def test_a_deferred_log_moves_to_a_new_file_after_a_failed_fsync(tmp_path, monkeypatch):
+    from nsq.server.nsqd.storage.deferredlog import DeferredLog
+
+    fail = FailOnce(monkeypatch)
+    dlog = DeferredLog("t:c", str(tmp_path), 1000)
+    dlog.add(10**18, 1, 0, b"%016d" % 0, b"first")
+    dlog.sync()
+    dlog.add(10**18, 2, 0, b"%016d" % 1, b"second")
+    fail.armed = True
+    with pytest.raises(OSError):
+        dlog.sync()
+    with pytest.raises(OSError):
+        dlog.sync()
+    dlog.add(10**18, 3, 0, b"%016d" % 2, b"third")  # rewrites the pending set to a new file first
+    dlog.sync()
+    dlog.close()
+    again = DeferredLog("t:c", str(tmp_path), 1000)
+    assert sorted(p[3] for p in again.pending.values()) == [b"first", b"second", b"third"]
+    again.close()

@@ -167,6 +167,10 @@ class DeferredLog(AppendFile):
     # -- internals -----------------------------------------------------------------
 
     def _append(self, kind: int, payload: bytes) -> None:
+        if self._fd is not None and self._failed_gen == self._file_gen:
+            # an fsync of this file failed: its unsynced records may be gone,
+            # so the pending set goes to a new file before anything else
+            self._compact()
         if self._fd is None:
             # opened on the first deferred message: a channel that never
             # defers holds no file (a client can create channels at will)
@@ -232,6 +236,7 @@ class DeferredLog(AppendFile):
             log.error("DEFERRED(%s): failed to remove %s - %s", self.name, self.path, exc)
         self._size = 0
         self._dead = 0
+        self._file_gen += 1
         self._synced()
 
     def _compact(self) -> None:
@@ -258,6 +263,7 @@ class DeferredLog(AppendFile):
         if self._fd is not None:
             os.close(self._fd)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._file_gen += 1  # a new file: its fsyncs count
         self._size = len(data)
         self._dead = 0
         self._synced()
