@@ -1,0 +1,425 @@
+"""Power-cut crash states of nsqd's storage (see tests/crash/__init__.py).
+
+- ``test_crash_states[engine]``: the CI exploration, both engines, at least
+  10,000 crash states together in well under 3 minutes on 2 cores; fails on
+  a failing state that no known finding (:data:`.runner.KNOWN`) explains.
+- ``test_finding_*``: each finding reproduced by one minimal crash state
+  (xfail while it stands: they pass once it is fixed).
+- ``test_fixed_*``: what the explorer found and is fixed (they failed on the
+  code before the fix).
+- ``test_ioerr_*``: the I/O-error mode (SQLite's ioerr.test) on a sample of
+  N; the whole sweep is ``crash_deep``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import random
+import shutil
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from .check import Failure, check_tree, evaluate
+from .explore import point_states
+from .ioerr import NthCall, count_calls, plan, run_one
+from .runner import CI_PLAN, KNOWN, Step, known_finding, run_plan, summary
+from .states import build, variants
+from .vfs import Model, Recorder
+from .workloads import Driver, Recording, Workload, quiet_nsq, record, scratch_dir
+
+pytestmark = pytest.mark.timeout(400)
+
+#: crash states each engine's CI exploration checks at least (10,000 together)
+MIN_STATES = {"diskqueue": 6000, "wal": 4000}
+
+
+# -- the CI exploration ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["diskqueue", "wal"])
+async def test_crash_states(engine: str) -> None:
+    results = await run_plan(CI_PLAN[engine])
+    for line in summary(results):
+        print(line)
+    for ex in results:
+        assert not ex.recording.errors, f"the recorder lost track of the file system: {ex.recording.errors}"
+        acks = sum(1 for op in ex.recording.ops if op[:2] == ("mark", "ack"))
+        assert acks > 10, "the workload published (almost) nothing"
+    states = sum(ex.states for ex in results)
+    assert states >= MIN_STATES[engine], f"only {states} crash states"
+    unknown = []
+    for ex in results:
+        for rep in ex.failures:
+            finding = known_finding(rep, ex.recording)
+            print(f"({'known finding ' + finding if finding else 'NEW'}) {rep.signature}: {rep.count} states")
+            if finding is None:
+                unknown.append(rep)
+    assert not unknown, "\n\n".join(rep.text() for rep in unknown)
+
+
+@pytest.mark.crash_deep
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("engine", ["diskqueue", "wal"])
+async def test_crash_states_deep(engine: str) -> None:
+    steps = [Step(s.workload, s.engine, s.size * 3, s.seed + 100 * k) for s in CI_PLAN[engine] for k in range(3)]
+    results = await run_plan(steps)
+    for line in summary(results):
+        print(line)
+    unknown = [rep for ex in results for rep in ex.failures if known_finding(rep, ex.recording) is None]
+    assert not unknown, "\n\n".join(rep.text() for rep in unknown)
+
+
+# -- one crash state ------------------------------------------------------------------------------
+
+
+async def _noop(drv: Driver, n: int) -> None:
+    return None
+
+
+async def scenario(engine: str, during: Callable[[Driver, Recorder], Awaitable[None]],
+                   setup: Callable[[Driver, int], Awaitable[None]] | None = None, injector: Any = None,
+                   **options: Any) -> Recording:
+    """Record ``during`` against an nsqd with the CI workloads' options and ``options``."""
+    root = scratch_dir()
+    try:
+        data = os.path.join(root, "data")
+        os.mkdir(data)
+        with quiet_nsq():
+            return await record(Workload("scenario", _noop, setup=setup, options=options), engine, 0, 0, data,
+                                injector=injector, during=during)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def at_label(name: str) -> Callable[[int, Any, Any], bool]:
+    """The first crash point after the workload's ``label`` marker ``name``."""
+    return lambda i, op, exp: name in exp.labels
+
+
+async def crash(rec: Recording, where: Callable[[int, Any, Any], bool], variant: str | Callable[[Model], tuple],
+                pick: Callable[[Model, tuple], bool] | None = None) -> list[Failure]:
+    """The broken promises of the crash state ``variant`` (see
+    :func:`~.states.variants`; ``pick`` chooses among several of that name;
+    or a function of the model that makes the choice) at the first crash
+    point ``where`` holds."""
+    assert not rec.errors, rec.errors
+    model, exp, _ = point_states(rec, where)
+    fixed = {"kept": ("kept", {}, "C"), "synced": ("synced", {}, "S")}
+    if callable(variant):
+        choice = variant(model)
+    else:
+        choice = fixed.get(variant) or next(c for c in variants(model, random.Random(0))
+                                            if c[0] == variant and (pick is None or pick(model, c)))
+    scratch = scratch_dir()
+    try:
+        return evaluate(exp, await check_tree(build(model, choice), rec.options, scratch))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _texts(fails: list[Failure]) -> str:
+    return "; ".join(f.detail for f in fails[:3])
+
+
+# -- findings that stand (xfail until fixed) ------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding A: {KNOWN['A'][1]}")
+async def test_finding_a_restart_hands_held_to_first_channel_only() -> None:
+    async def run(drv: Driver, rec: Recorder) -> None:
+        await drv.create_channel("t", "a")
+        await drv.create_channel("t", "b")
+        await asyncio.sleep(0.05)  # nsqd.dat written; no checkpoint (--sync-timeout 1h)
+        await drv.pub("t", 3)
+        drv.label("crash")
+
+    rec = await scenario("wal", run, sync_timeout=3600)
+    fails = await crash(rec, at_label("crash"), "kept")  # kill -9: every write reached the disk
+    assert not fails, _texts(fails)
+
+
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding B: {KNOWN['B'][1]}")
+async def test_finding_b_new_channel_lost_with_its_messages() -> None:
+    async def run(drv: Driver, rec: Recorder) -> None:
+        await drv.create_channel("t", "a")
+        await drv.pub("t", 1)
+        await drv.tick()  # nsqd.dat and a's checkpoint written
+        await drv.create_channel("t", "b")
+        await drv.pub("t", 2)  # acknowledged for a and b
+        drv.label("crash")
+
+    rec = await scenario("wal", run)
+    fails = await crash(rec, at_label("crash"), "kept")
+    assert not fails, _texts(fails)
+
+
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding C: {KNOWN['C'][1]}")
+async def test_finding_c_read_batch_across_files_lost() -> None:
+    async def run(drv: Driver, rec: Recorder) -> None:
+        cons = await drv.consumer("t", "c")
+        await drv.pub("t", 8)  # several data files (--max-bytes-per-file 1024)
+        await drv.tick()
+        assert len(await cons.take(8)) == 8  # one read batch, in flight, across the files
+        drv.label("crash")
+
+    rec = await scenario("diskqueue", run)
+    fails = await crash(rec, at_label("crash"), "kept")
+    assert not fails, _texts(fails)
+
+
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding L: {KNOWN['L'][1]}")
+async def test_finding_l_delivered_straight_from_publish_never_written() -> None:
+    async def run(drv: Driver, rec: Recorder) -> None:
+        cons = await drv.consumer("t", "c")
+        await cons.rdy(3)
+        await asyncio.sleep(0.01)
+        await drv.pub("t", 2)  # acknowledged, and in flight
+        drv.label("crash")
+
+    rec = await scenario("diskqueue", run)
+    fails = await crash(rec, at_label("crash"), "kept")
+    assert not fails, _texts(fails)
+
+
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding D: {KNOWN['D'][1]}")
+async def test_finding_d_held_messages_lost_on_the_way_to_the_first_channel() -> None:
+    async def run(drv: Driver, rec: Recorder) -> None:
+        await drv.pub("t", 3)  # held by the topic (no channel): its disk queue
+        await drv.tick()
+        await drv.create_channel("t", "c")  # handed on: the topic's file read and deleted
+        await drv.tick()
+
+    rec = await scenario("diskqueue", run)
+
+    def after_unlink(i: int, op: Any, exp: Any) -> bool:
+        prev = rec.ops[i - 1] if i else None
+        return prev is not None and prev[0] == "unlink" and prev[2].startswith("t.diskqueue.0")
+
+    fails = await crash(rec, after_unlink, "kept")
+    assert not fails, _texts(fails)
+
+
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding E: {KNOWN['E'][1]}")
+async def test_finding_e_unsynced_record_with_zero_tail_delivered_damaged() -> None:
+    async def run(drv: Driver, rec: Recorder) -> None:
+        await drv.create_channel("t", "c")
+        drv.rng.random = lambda: 0.95  # type: ignore[method-assign]  # large bodies: records over 2 sectors
+        await drv.pub("t", 2)
+
+    rec = await scenario("diskqueue", run)
+    rec_names = {op[3]: op[2] for op in rec.ops if op[0] == "create"}
+
+    def before_record_fsync(i: int, op: Any, exp: Any) -> bool:
+        prev = rec.ops[i - 1] if i else None
+        return (op is not None and op[0] == "fsync" and prev is not None and prev[0] == "write" and len(prev[3]) > 900
+                and ".diskqueue.0" in rec_names.get(prev[1], ""))
+
+    def inside(model: Model, choice: tuple) -> bool:  # the cut is inside the write, not at its start
+        ((_, fid), (_, j, cut)), = choice[1].items()
+        return cut > model.files[fid].pending[j][1]
+
+    fails = await crash(rec, before_record_fsync, "zero tail", inside)
+    assert not fails, _texts(fails)
+
+
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding F: {KNOWN['F'][1]}")
+async def test_finding_f_take_over_deletes_disk_queue_before_the_log_has_it() -> None:
+    async def setup(drv: Driver, n: int) -> None:
+        await drv.create_channel("t", "c")
+        await drv.pub("t", 4)
+
+    async def run(drv: Driver, rec: Recorder) -> None:
+        await drv.pub("t", 1)
+
+    rec = await scenario("wal", run, setup=setup)
+
+    def after_first_unlink(i: int, op: Any, exp: Any) -> bool:
+        prev = rec.ops[i - 1] if i else None
+        return prev is not None and prev[0] == "unlink" and ".diskqueue.0" in prev[2]
+
+    fails = await crash(rec, after_first_unlink, "kept")
+    assert not fails, _texts(fails)
+
+
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding K: {KNOWN['K'][1]}")
+async def test_finding_k_released_deferred_message_removed_before_it_is_queued() -> None:
+    async def run(drv: Driver, rec: Recorder) -> None:
+        await drv.create_channel("t", "c")
+        await drv.dpub("t", 30)
+        await drv.dpub("t", 600_000)  # still deferred: the release appends a REMOVE record
+        await drv.tick(3)  # due: released into the channel's disk queue, REMOVE appended to its deferred log
+
+    rec = await scenario("diskqueue", run)
+    names = {op[3]: op[2] for op in rec.ops if op[0] == "create"}
+    removes = [i for i, op in enumerate(rec.ops)  # [int32 size][u8 kind 2: REMOVE][16-byte id]
+               if op[0] == "write" and names.get(op[1], "").endswith(".deferred.dat") and op[3][4:5] == b"\x02"]
+    assert removes, "no REMOVE record written"
+
+    def remove_kept_queue_dropped(model: Model) -> tuple:  # the deferred log's write reached the disk, nothing else
+        fid = rec.ops[removes[0]][1]
+        return ("REMOVE kept", {("f", fid): ("C",)}, "S")
+
+    fails = await crash(rec, lambda i, op, exp: i > removes[0], remove_kept_queue_dropped)
+    assert not fails, _texts(fails)
+
+
+def _meta_tmp_full(call: str, path: str) -> int | None:
+    """A disk with no room for a new meta file (the disk queue writes it in place)."""
+    return errno.ENOSPC if call in ("open", "write") and ".meta.dat." in path and path.endswith(".tmp") else None
+
+
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason="finding I: on a full disk a disk queue writes its meta file in place "
+                                        "(diskqueue_meta._write_in_place) and fsyncs no directory: a data file "
+                                        "created by a roll is not durable when the publish is acknowledged")
+async def test_finding_i_meta_in_place_leaves_new_data_file_undurable() -> None:
+    async def run(drv: Driver, rec: Recorder) -> None:
+        await drv.create_channel("t", "c")
+        await drv.pub("t", 1)
+        rec.injector = _meta_tmp_full
+        await drv.pub("t", 6)  # rolls (--max-bytes-per-file 1024)
+        rec.injector = None
+        drv.label("crash")
+
+    rec = await scenario("diskqueue", run)
+    assert any(op[0] == "fault" for op in rec.ops)
+    fails = await crash(rec, at_label("crash"), "synced")
+    assert not fails, _texts(fails)
+
+
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason="finding J: a deferred log's directory fsync after the file is created "
+                                        "(deferredlog._fsync_dir) fails silently and the DPUB is acknowledged: "
+                                        "after a power cut the file, and the message, are gone")
+async def test_finding_j_deferred_log_dir_fsync_failure_ignored() -> None:
+    def dir_sync_fails(call: str, path: str) -> int | None:
+        return errno.EIO if call == "fsync" and path == "." else None
+
+    async def run(drv: Driver, rec: Recorder) -> None:
+        await drv.create_channel("t", "c")
+        await drv.tick()
+        rec.injector = dir_sync_fails
+        await drv.dpub("t", 600_000)
+        rec.injector = None
+        drv.label("crash")
+
+    rec = await scenario("diskqueue", run)
+    fails = await crash(rec, at_label("crash"), "synced")
+    assert not fails, _texts(fails)
+
+
+# -- fixed (failed before the fix) --------------------------------------------------------------------
+
+
+async def test_fixed_in_flight_read_from_disk_survives() -> None:
+    """Failed before 8308b38: the disk queue synced its read position past
+    messages read into flight, so a power cut after that sync lost them."""
+
+    async def run(drv: Driver, rec: Recorder) -> None:
+        cons = await drv.consumer("t", "c")
+        drv.rng.random = lambda: 0.1  # type: ignore[method-assign]  # small bodies: one data file (see finding C)
+        await drv.pub("t", 3)
+        assert len(await cons.take(2)) == 2  # in flight, not finished
+        await drv.tick()  # the disk queue syncs its read position
+        drv.label("crash")
+
+    rec = await scenario("diskqueue", run)
+    fails = await crash(rec, at_label("crash"), "synced")
+    assert not fails, _texts(fails)
+
+
+async def test_fixed_new_topic_log_directory_is_durable() -> None:
+    """Failed before 2209a19: ``mkdir <topic>.wal`` was never followed by an
+    fsync of the data path, so a power cut lost the whole log."""
+
+    async def run(drv: Driver, rec: Recorder) -> None:
+        await drv.pub("t", 2)
+        drv.label("crash")
+
+    rec = await scenario("wal", run)
+    fails = await crash(rec, at_label("crash"), "synced")
+    assert not fails, _texts(fails)
+
+
+async def test_fixed_checkpoint_rename_is_durable() -> None:
+    """Failed before 2209a19: a checkpoint renamed into place without an
+    fsync of its directory: the segments it let go were deleted while the
+    old checkpoint (pointing into them) came back after a power cut."""
+
+    async def run(drv: Driver, rec: Recorder) -> None:
+        cons = await drv.consumer("t", "c")
+        await drv.pub("t", 12)  # several segments (--max-bytes-per-file 1024)
+        for m in await cons.take(8):
+            await cons.fin(m)
+        await drv.tick(2)  # checkpoint written, segments below it deleted
+        drv.label("crash")
+
+    rec = await scenario("wal", run)
+    fails = await crash(rec, at_label("crash"), "synced")
+    assert not fails, _texts(fails)
+
+
+# -- the I/O-error mode ------------------------------------------------------------------------------
+
+
+#: every Nth N of each call kind in CI (the errnos alternate); the deep test runs them all, EIO and ENOSPC
+IOERR_EVERY = {"diskqueue": 4, "wal": 2}
+
+
+def _ioerr_known(rep: Any) -> str | None:
+    f = rep.failures[0]
+    if f.kind == "lost" and f.delivered:
+        return "C"
+    text = " ".join(rep.lost + rep.context)
+    if "deferred.dat" in text and "not durable" in text:
+        return "J"
+    if "diskqueue.meta.dat [" in text or (".diskqueue.0" in text and "not durable" in text):
+        return "I"
+    return None
+
+
+async def _sweep(engine: str, every: int, bursts: tuple[int, ...] = (1,)) -> list[Any]:
+    with quiet_nsq():
+        counts = await count_calls(engine)
+        runs = []
+        for call, n, err, burst in plan(counts, every, bursts):
+            runs.append(await run_one(engine, call, n, err, burst))
+    fired = sum(r.fired for r in runs)
+    print(f"{engine}: {len(runs)} runs, calls failed {fired}, publishes refused {sum(r.refused for r in runs)}, "
+          f"acknowledged lost {sum(r.lost for r in runs)} (+{sum(r.lost_in_flight for r in runs)} in flight), "
+          f"{sum(r.states for r in runs)} crash states")
+    problems = []
+    for r in runs:
+        assert not r.recording_errors, r.recording_errors
+        assert r.stayed_up, r.text()
+        if r.refused_healthy or not r.recovered or r.after_ok != 3:
+            problems.append(r.text())
+        for rep in r.reports:
+            known = _ioerr_known(rep) if engine == "diskqueue" else None
+            if known is None:
+                problems.append(f"{r.text()}\n{rep.text()}")
+    return problems
+
+
+@pytest.mark.parametrize("engine", ["diskqueue", "wal"])
+async def test_ioerr_sample(engine: str) -> None:
+    problems = await _sweep(engine, IOERR_EVERY[engine])
+    assert not problems, "\n\n".join(problems[:5])
+
+
+@pytest.mark.crash_deep
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("engine", ["diskqueue", "wal"])
+async def test_ioerr_all(engine: str) -> None:
+    problems = await _sweep(engine, 1, (1, 3))
+    assert not problems, "\n\n".join(problems[:5])
+
+
+async def test_ioerr_injector_counts() -> None:
+    inj = NthCall("write", 2, errno.EIO)
+    inj.armed = True
+    assert [inj("write", "x"), inj("write", "x"), inj("fsync", "x"), inj("write", "x")] == [None, errno.EIO, None,
+                                                                                          None]
+    assert inj.fired == 1
