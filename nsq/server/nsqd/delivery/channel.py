@@ -100,24 +100,18 @@ class Channel:
         self.deferred_log = topic.nsqd.make_deferred_log(f"{topic.name}:{name}", self.ephemeral)
         store.open(self)  # deferred messages restored
         self.message_count = 0
-        self.requeue_count = 0
-        self.timeout_count = 0
+        self.requeue_count = self.timeout_count = self.dead_letter_count = 0
         opts = topic.nsqd.options
         #: deliveries before a requeue or timeout moves the message to the
         #: dead-letter topic (0 = never); the daemon's or this channel's own
         self.max_attempts = topic.nsqd.channel_settings(topic.name, name).get("max_attempts", opts.max_attempts)
-        self.dead_letter_count = 0
         self._dead_letter_warned = False
         #: FIN latencies (ns) when --e2e-processing-latency-percentile is set
-        self.e2e: WindowedQuantile | None = None
-        if opts.e2e_processing_latency_percentiles:
-            self.e2e = WindowedQuantile(opts.e2e_processing_latency_window_time,
-                                        opts.e2e_processing_latency_percentiles)
+        self.e2e = WindowedQuantile(opts.e2e_processing_latency_window_time, opts.e2e_processing_latency_percentiles) \
+            if opts.e2e_processing_latency_percentiles else None
 
     def __repr__(self) -> str:
         return f"Channel({self.topic.name}:{self.name})"
-
-    # -- depth ---------------------------------------------------------------
 
     @property
     def depth(self) -> int:
@@ -179,11 +173,16 @@ class Channel:
         if self._ordered:
             store.took(msgs)
         if q:
-            if self._ready and not self.paused:
+            # with --mem-queue-size=0 the store keeps them before any is delivered
+            deliver = self._ready and not self.paused
+            if deliver and (self.mem_queue_size or self._ordered):
                 self.pump()
+                deliver = False
             excess = len(q) - self.mem_queue_size
             if excess > 0:
                 store.overflow(self, excess, fresh, new)
+            if deliver:
+                self.pump()
 
     def capacity(self) -> int:
         """Messages it can take now without a backend: free memory-queue

@@ -344,11 +344,14 @@ class DiskQueue(BackendQueue):
         :meth:`release`d: the persisted read position stays at the oldest
         held batch (:mod:`~nsq.server.nsqd.storage.readhold`). Returns the
         records and the batch's token (-1 when nothing was read)."""
-        file_num, pos = self.read_file_num, self.read_pos
+        # held before reading: a file read to its end meanwhile is kept
+        token = self.held.take(self.read_file_num, self.read_pos)
         records = self.read_many(n)
+        self.held.count(token, len(records))
         if not records:
+            self._remove_retired()
             return records, -1
-        return records, self.held.take(file_num, pos, len(records))
+        return records, token
 
     def release(self, token: int) -> None:
         """One record of held batch ``token`` is finished, or stored again."""

@@ -39,13 +39,26 @@ class HeldReads:
     def __bool__(self) -> bool:
         return bool(self._batches)
 
-    def take(self, file_num: int, pos: int, count: int) -> int:
-        """A batch of ``count`` records read from ``(file_num, pos)`` on; its token."""
+    def take(self, file_num: int, pos: int, count: int = 0) -> int:
+        """A batch of ``count`` records read from ``(file_num, pos)`` on; its
+        token. Taken before the records are read (a file read to its end
+        meanwhile is kept), then counted with :meth:`count`."""
         token = self._next
         self._next += 1
         self._batches[token] = [file_num, pos, count, count]
         self.records += count
         return token
+
+    def count(self, token: int, count: int) -> None:
+        """Batch ``token`` (the newest) holds ``count`` records; with 0 it is
+        dropped."""
+        batch = self._batches[token]
+        if count <= 0:
+            del self._batches[token]
+            self.records -= batch[2]
+            return
+        self.records += count - batch[2]
+        batch[2] = batch[3] = count
 
     def release(self, token: int) -> bool:
         """One record of batch ``token`` is finished (or stored again
