@@ -86,7 +86,8 @@ def mark_data_path(path: str) -> None:
 
 
 def _drain(name: str, data_path: str, options: NSQDOptions) -> list[bytes]:
-    """Every record of the disk queue ``name`` (then removed), oldest first."""
+    """Every record of the disk queue ``name``, oldest first, read without
+    consuming it: its files go only once the log holds the records."""
     from nsq.server.nsqd.storage.diskqueue import DiskQueue
 
     dq = DiskQueue(name, data_path, max_bytes_per_file=options.max_bytes_per_file, min_msg_size=MIN_MESSAGE_LENGTH,
@@ -94,7 +95,8 @@ def _drain(name: str, data_path: str, options: NSQDOptions) -> list[bytes]:
                    sync_timeout=options.sync_timeout)
     out: list[bytes] = []
     while dq.depth:
-        chunk = dq.read_many(4096)
+        # held reads: a data file read to its end is kept, not deleted
+        chunk, _token = dq.read_held(4096)
         if not chunk:
             break
         out += chunk
