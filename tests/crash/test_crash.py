@@ -145,14 +145,17 @@ async def test_finding_a_restart_hands_held_to_first_channel_only() -> None:
 @pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding B: {KNOWN['B'][1]}")
 async def test_finding_b_new_channel_lost_with_its_messages() -> None:
     async def run(drv: Driver, rec: Recorder) -> None:
+        from nsq.server.nsqd import metadata
+
         await drv.create_channel("t", "a")
         await drv.pub("t", 1)
-        await drv.tick()  # nsqd.dat and a's checkpoint written
+        await drv.tick()  # nsqd.dat written
+        metadata.METADATA_DELAY = 3600  # the crash comes within nsqd.dat's delay (50 ms by default) ...
         await drv.create_channel("t", "b")
         await drv.pub("t", 2)  # acknowledged for a and b
         drv.label("crash")
 
-    rec = await scenario("wal", run)
+    rec = await scenario("wal", run, sync_timeout=3600)  # ... and before the first checkpoint (2 s)
     fails = await crash(rec, at_label("crash"), "kept")
     assert not fails, _texts(fails)
 
