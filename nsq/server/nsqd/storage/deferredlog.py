@@ -40,7 +40,7 @@ import os
 import struct
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH, decode_message
-from nsq.server.nsqd.storage.atomicfile import replace_atomically
+from nsq.server.nsqd.storage.atomicfile import fsync_dir, replace_atomically
 from nsq.server.nsqd.storage.syncpolicy import AppendFile
 
 __all__ = ["DeferredLog"]
@@ -52,17 +52,6 @@ _DUE = struct.Struct(">q")
 _ADD = 1
 _REMOVE = 2
 _MSG_HDR = struct.Struct(">qH")
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        log.error("DEFERRED: failed to sync directory %s - %s", path, exc)
 
 
 class DeferredLog(AppendFile):
@@ -177,7 +166,11 @@ class DeferredLog(AppendFile):
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             self._size = os.fstat(self._fd).st_size
             if self.sync_every == 1:
-                _fsync_dir(os.path.dirname(self.path))  # the new name survives a power loss
+                try:
+                    fsync_dir(os.path.dirname(self.path))  # the new name survives a power loss
+                except OSError:
+                    self._drop_file()  # not known to be durable: the deferral is refused
+                    raise
         record = _HDR.pack(len(payload) + 1, kind) + payload
         view = memoryview(record)
         try:

@@ -19,7 +19,7 @@ import re
 import struct
 from collections.abc import Callable
 
-from .atomicfile import NO_SPACE, replace_atomically, write_all
+from .atomicfile import NO_SPACE, fsync_dir, replace_atomically, write_all
 
 __all__ = ["format_meta", "parse_meta", "write_meta", "scan_data_files", "scan_records", "listdir"]
 
@@ -72,6 +72,8 @@ def _write_in_place(meta_path: str, text: bytes, subject: str) -> bool:
         write_all(fd, text)
         os.ftruncate(fd, len(text))
         os.fsync(fd)
+        # a data file a roll created is in the directory: durable only now
+        fsync_dir(os.path.dirname(meta_path))
     except OSError as e:
         log.error("DISKQUEUE(%s) failed to write meta data in place - %s", subject, e)
         return False
