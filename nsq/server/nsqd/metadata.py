@@ -122,6 +122,9 @@ class MetadataStore:
         try:
             for t in read_metadata(nsqd.data_path):
                 topic = nsqd.get_topic(t["name"])
+                # what the topic holds goes to all its channels at once, once
+                # they all exist (not to the first one alone)
+                topic.starting = True
                 topic.paused = t["paused"]
                 known.add(topic.name)
                 for c in t["channels"]:
@@ -133,10 +136,13 @@ class MetadataStore:
                 log.warning("QUEUE(%s): has messages on disk but is not in nsqd.dat, restoring it", name)
                 topic_name, _, channel_name = name.partition(":")
                 topic = nsqd.get_topic(topic_name)
+                topic.starting = True
                 if channel_name:
                     topic.get_channel(channel_name)
         finally:
             self.loading = False
+            for topic in nsqd.topics.values():
+                topic.starting = False
         if orphans:
             self.persist_soon()
         for topic in nsqd.topics.values():

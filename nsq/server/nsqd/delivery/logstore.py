@@ -436,6 +436,15 @@ class LogTopicStore:
         path = None if is_ephemeral(name) else os.path.join(self.log.path, f"{name}.cursor")
         cursor = ChannelCursor(self.log, f"{topic.name}:{name}", path, self.visible)
         cursor.show(self.visible)
+        if path is not None and not os.path.exists(path):
+            # a new channel is on disk before anything is published to it:
+            # a crash before nsqd.dat lists it restores it from this file
+            cp = cursor.checkpoint()
+            if cp is not None:
+                try:
+                    replace_atomically(*cp)
+                except OSError as exc:
+                    log.error("CHANNEL(%s:%s): failed to write its first checkpoint - %s", topic.name, name, exc)
         return LogChannelStore(cursor)
 
     def start_channel(self, topic: Topic, channel: Channel, start: int) -> None:
