@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from .check import Failure, check_tree, evaluate
+from .check import Expectations, Failure, check_tree, evaluate
 from .explore import point_states
 from .ioerr import NthCall, count_calls, plan, run_one
 from .runner import CI_PLAN, KNOWN, Step, known_finding, run_plan, summary
@@ -121,6 +121,37 @@ async def crash(rec: Recording, where: Callable[[int, Any, Any], bool], variant:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+async def crash_window(rec: Recording, first: str, last: str | None, names: tuple[str, ...] = ("kept", "synced")
+                       ) -> list[Failure]:
+    """The broken promises of the crash states ``names`` at every crash
+    point from the label ``first`` to the label ``last`` (the end: None),
+    those of the first point that breaks any."""
+    assert not rec.errors, rec.errors
+    model = Model(rec.initial)
+    exp = Expectations()
+    scratch = scratch_dir()
+    inside = False
+    try:
+        for i in range(len(rec.ops) + 1):
+            op = rec.ops[i] if i < len(rec.ops) else None
+            if op is not None and op[:2] == ("mark", "label"):
+                inside = inside or op[2] == first
+                if op[2] == last:
+                    break
+            if inside and (op is None or op[0] not in ("mark", "fault")):
+                for choice in variants(model, random.Random(0)):
+                    if choice[0] in names:
+                        fails = evaluate(exp, await check_tree(build(model, choice), rec.options, scratch))
+                        if fails:
+                            return fails
+            if op is not None:
+                model.apply(op)
+                exp.feed(op, i)
+        return []
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _texts(fails: list[Failure]) -> str:
     return "; ".join(f.detail for f in fails[:3])
 
@@ -128,8 +159,12 @@ def _texts(fails: list[Failure]) -> str:
 # -- findings that stand (xfail until fixed) ------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding A: {KNOWN['A'][1]}")
-async def test_finding_a_restart_hands_held_to_first_channel_only() -> None:
+async def test_fixed_a_restart_hands_held_to_every_channel() -> None:
+    """Failed before 64b78b8 (finding A): a restart created the channels of
+    nsqd.dat one by one and the first one was handed what the topic held
+    (everything past topic.json's visible offset); the others started at the
+    head and lost what was published since the last checkpoint (kill -9 too)."""
+
     async def run(drv: Driver, rec: Recorder) -> None:
         await drv.create_channel("t", "a")
         await drv.create_channel("t", "b")
@@ -142,8 +177,11 @@ async def test_finding_a_restart_hands_held_to_first_channel_only() -> None:
     assert not fails, _texts(fails)
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding B: {KNOWN['B'][1]}")
-async def test_finding_b_new_channel_lost_with_its_messages() -> None:
+async def test_fixed_b_new_channel_survives_with_its_messages() -> None:
+    """Failed before 64b78b8 (finding B): a channel created and published to
+    was gone after a crash before nsqd.dat and its first checkpoint were
+    written, with the messages acknowledged for it (kill -9 too)."""
+
     async def run(drv: Driver, rec: Recorder) -> None:
         from nsq.server.nsqd import metadata
 
@@ -160,49 +198,18 @@ async def test_finding_b_new_channel_lost_with_its_messages() -> None:
     assert not fails, _texts(fails)
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding C: {KNOWN['C'][1]}")
-async def test_finding_c_read_batch_across_files_lost() -> None:
-    async def run(drv: Driver, rec: Recorder) -> None:
-        cons = await drv.consumer("t", "c")
-        await drv.pub("t", 8)  # several data files (--max-bytes-per-file 1024)
-        await drv.tick()
-        assert len(await cons.take(8)) == 8  # one read batch, in flight, across the files
-        drv.label("crash")
-
-    rec = await scenario("diskqueue", run)
-    fails = await crash(rec, at_label("crash"), "kept")
-    assert not fails, _texts(fails)
-
-
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding L: {KNOWN['L'][1]}")
-async def test_finding_l_delivered_straight_from_publish_never_written() -> None:
-    async def run(drv: Driver, rec: Recorder) -> None:
-        cons = await drv.consumer("t", "c")
-        await cons.rdy(3)
-        await asyncio.sleep(0.01)
-        await drv.pub("t", 2)  # acknowledged, and in flight
-        drv.label("crash")
-
-    rec = await scenario("diskqueue", run)
-    fails = await crash(rec, at_label("crash"), "kept")
-    assert not fails, _texts(fails)
-
-
 @pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding D: {KNOWN['D'][1]}")
 async def test_finding_d_held_messages_lost_on_the_way_to_the_first_channel() -> None:
     async def run(drv: Driver, rec: Recorder) -> None:
         await drv.pub("t", 3)  # held by the topic (no channel): its disk queue
         await drv.tick()
-        await drv.create_channel("t", "c")  # handed on: the topic's file read and deleted
+        drv.label("hand on")
+        await drv.create_channel("t", "c")  # handed on: the topic's file read (and deleted)
         await drv.tick()
+        drv.label("handed on")
 
     rec = await scenario("diskqueue", run)
-
-    def after_unlink(i: int, op: Any, exp: Any) -> bool:
-        prev = rec.ops[i - 1] if i else None
-        return prev is not None and prev[0] == "unlink" and prev[2].startswith("t.diskqueue.0")
-
-    fails = await crash(rec, after_unlink, "kept")
+    fails = await crash_window(rec, "hand on", "handed on")
     assert not fails, _texts(fails)
 
 
@@ -230,21 +237,21 @@ async def test_finding_e_unsynced_record_with_zero_tail_delivered_damaged() -> N
 
 
 @pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding F: {KNOWN['F'][1]}")
-async def test_finding_f_take_over_deletes_disk_queue_before_the_log_has_it() -> None:
+async def test_finding_f_interrupted_take_over_rewrites_a_cursor() -> None:
     async def setup(drv: Driver, n: int) -> None:
-        await drv.create_channel("t", "c")
+        await drv.create_channel("t", "a")
+        await drv.create_channel("t", "b")
         await drv.pub("t", 4)
+        await drv.dpub("t", 600_000)  # the channels have deferred logs too
 
     async def run(drv: Driver, rec: Recorder) -> None:
+        drv.label("taken over")
         await drv.pub("t", 1)
 
     rec = await scenario("wal", run, setup=setup)
-
-    def after_first_unlink(i: int, op: Any, exp: Any) -> bool:
-        prev = rec.ops[i - 1] if i else None
-        return prev is not None and prev[0] == "unlink" and ".diskqueue.0" in prev[2]
-
-    fails = await crash(rec, after_first_unlink, "kept")
+    # every crash point of the take-over (the start); before e461b2a the first one that failed was right after
+    # the first disk-queue data file was deleted, since then the one after a's meta file is deleted and b's not
+    fails = await crash_window(rec, "start", "taken over")
     assert not fails, _texts(fails)
 
 
@@ -275,10 +282,11 @@ def _meta_tmp_full(call: str, path: str) -> int | None:
     return errno.ENOSPC if call in ("open", "write") and ".meta.dat." in path and path.endswith(".tmp") else None
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason="finding I: on a full disk a disk queue writes its meta file in place "
-                                        "(diskqueue_meta._write_in_place) and fsyncs no directory: a data file "
-                                        "created by a roll is not durable when the publish is acknowledged")
-async def test_finding_i_meta_in_place_leaves_new_data_file_undurable() -> None:
+async def test_fixed_i_meta_in_place_syncs_the_directory() -> None:
+    """Failed before e49f562 (finding I): on a full disk a disk queue wrote its
+    meta file in place and fsynced no directory, so a data file a roll had
+    created was not durable when the publish was acknowledged."""
+
     async def run(drv: Driver, rec: Recorder) -> None:
         await drv.create_channel("t", "c")
         await drv.pub("t", 1)
@@ -293,10 +301,11 @@ async def test_finding_i_meta_in_place_leaves_new_data_file_undurable() -> None:
     assert not fails, _texts(fails)
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason="finding J: a deferred log's directory fsync after the file is created "
-                                        "(deferredlog._fsync_dir) fails silently and the DPUB is acknowledged: "
-                                        "after a power cut the file, and the message, are gone")
-async def test_finding_j_deferred_log_dir_fsync_failure_ignored() -> None:
+async def test_fixed_j_deferred_log_dir_fsync_failure_refuses() -> None:
+    """Failed before e49f562 (finding J): a deferred log whose new file's
+    directory could not be fsynced acknowledged the DPUB anyway; after a
+    power cut the file and the message were gone."""
+
     def dir_sync_fails(call: str, path: str) -> int | None:
         return errno.EIO if call == "fsync" and path == "." else None
 
@@ -364,6 +373,40 @@ async def test_fixed_checkpoint_rename_is_durable() -> None:
     assert not fails, _texts(fails)
 
 
+async def test_fixed_c_read_batch_across_files() -> None:
+    """Failed before 742d076 (finding C): DiskQueue.read_held registered its
+    batch only after read_many returned, so a data file read to its end
+    inside the batch was deleted at once, with the batch's records in it."""
+
+    async def run(drv: Driver, rec: Recorder) -> None:
+        cons = await drv.consumer("t", "c")
+        await drv.pub("t", 8)  # several data files (--max-bytes-per-file 1024)
+        await drv.tick()
+        assert len(await cons.take(8)) == 8  # one read batch, in flight, across the files
+        drv.label("crash")
+
+    rec = await scenario("diskqueue", run)
+    fails = await crash(rec, at_label("crash"), "kept")
+    assert not fails, _texts(fails)
+
+
+async def test_fixed_l_delivered_straight_from_publish() -> None:
+    """Failed before 742d076 (finding L): with --mem-queue-size=0 a message
+    published while a consumer was ready went straight into flight and was
+    acknowledged without ever being written."""
+
+    async def run(drv: Driver, rec: Recorder) -> None:
+        cons = await drv.consumer("t", "c")
+        await cons.rdy(3)
+        await asyncio.sleep(0.01)
+        await drv.pub("t", 2)  # acknowledged, and in flight
+        drv.label("crash")
+
+    rec = await scenario("diskqueue", run)
+    fails = await crash(rec, at_label("crash"), "kept")
+    assert not fails, _texts(fails)
+
+
 # -- the I/O-error mode ------------------------------------------------------------------------------
 
 
@@ -373,13 +416,8 @@ IOERR_EVERY = {"diskqueue": 4, "wal": 2}
 
 def _ioerr_known(rep: Any) -> str | None:
     f = rep.failures[0]
-    if f.kind == "lost" and f.delivered:
-        return "C"
-    text = " ".join(rep.lost + rep.context)
-    if "deferred.dat" in text and "not durable" in text:
-        return "J"
-    if "diskqueue.meta.dat [" in text or (".diskqueue.0" in text and "not durable" in text):
-        return "I"
+    if f.kind == "lost" and "deferred.dat [" in " ".join(rep.context) and "diskqueue" in " ".join(rep.lost):
+        return "K"
     return None
 
 
