@@ -242,7 +242,10 @@ class QueueTopicStore:
     def flush_held(self, topic: Topic) -> None:
         """Memory first, then the backend in chunks of :data:`DRAIN_CHUNK`,
         one per event-loop turn (Go's topic ``messagePump`` reads its
-        backend the same way, into every channel)."""
+        backend the same way, into every channel). A chunk read from a disk
+        queue stays there (held) until the channels' disk queues have synced
+        their copies: a crash meanwhile hands it on again, never loses it
+        (Go deletes the topic's file first)."""
         if topic.queue:
             msgs = list(topic.queue)
             topic.queue.clear()
@@ -253,9 +256,23 @@ class QueueTopicStore:
                 # would only pile it up in that channel's memory; retry later
                 self.host.call_later(self.RETRY_DRAIN, topic.flush_held)
                 return
-            msgs = decode_entries(self.backend.read_many(self.DRAIN_CHUNK), f"TOPIC({topic.name})")
+            disk = self.backend if isinstance(self.backend, DiskQueue) else None
+            if disk is None:
+                records = self.backend.read_many(self.DRAIN_CHUNK)
+            else:
+                records, _token = disk.read_held(self.DRAIN_CHUNK)
+            msgs = decode_entries(records, f"TOPIC({topic.name})")
             if msgs:
                 topic._distribute(msgs, new=False)
+            if disk is not None and records:
+                try:
+                    for channel in topic.channels.values():
+                        if isinstance(channel.backend, DiskQueue) and channel.backend.needs_sync:
+                            channel.backend.sync()
+                except OSError as exc:  # kept in the topic's queue too: a restart hands it on again
+                    log.error("TOPIC(%s): failed to sync a channel's copy of held messages - %s", topic.name, exc)
+                else:
+                    disk.release_all()
             if self.backend.depth:
                 self.host.call_soon(topic.flush_held)
 

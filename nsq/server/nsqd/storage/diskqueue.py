@@ -734,9 +734,14 @@ class DiskQueue(BackendQueue):
         possibly acknowledged, and not yet in the meta file, which is only
         as new as the last sync. Go's diskqueue drops them (its next write
         overwrites them). A torn record ends the scan; the next write goes
-        over it."""
+        over it. With ``sync_every == 1`` nothing there was acknowledged
+        (each publish was answered after its sync): none is taken. The others
+        must look whole (:func:`scan_records` ``strict``): a power cut can
+        leave zeros where a record ended."""
+        if self.sync_every == 1:
+            return
         count, end = scan_records(self._file_name(self.write_file_num), self.write_pos, self.min_msg_size,
-                                  self.max_msg_size)
+                                  self.max_msg_size, strict=True)
         if count:
             logger.warning("DISKQUEUE(%s) %d records after the meta data's write position (%d,%d), "
                            "written before a crash: kept", self.name, count, self.write_file_num, self.write_pos)

@@ -123,10 +123,12 @@ def _scan_file(path: str, min_size: int, max_size: int) -> tuple[int, int]:
     return scan_records(path, 0, min_size, max_size)
 
 
-def scan_records(path: str, start: int, min_size: int, max_size: int) -> tuple[int, int]:
+def scan_records(path: str, start: int, min_size: int, max_size: int, strict: bool = False) -> tuple[int, int]:
     """Count the whole valid records of a data file from offset ``start``
     on: ``(count, end offset)`` (``(0, start)`` if there are none or the
-    file cannot be read)."""
+    file cannot be read). With ``strict`` (records never synced: a power
+    cut may have left zeros where their end was) a record also needs a
+    hex message id and a tail that is not all zeros."""
     try:
         with open(path, "rb") as f:
             f.seek(start)
@@ -138,6 +140,28 @@ def scan_records(path: str, start: int, min_size: int, max_size: int) -> tuple[i
         (size,) = _SIZE.unpack_from(data, pos)
         if size < min_size or size > max_size or pos + 4 + size > len(data):
             break
+        if strict and not _plausible(data, pos + 4, pos + 4 + size, start):
+            break
         pos += 4 + size
         count += 1
     return count, start + pos
+
+
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _plausible(data: bytes, start: int, end: int, base: int) -> bool:
+    """A message record ``data[start:end]`` (timestamp, attempts, 16-byte
+    id, body; ``data`` begins at file offset ``base``) that a torn write did
+    not leave: a hex id, and no run of zeros at its end that begins at or
+    before a 512-byte sector boundary (a sector that never reached the disk)."""
+    msg_id = data[start + 10:start + 26]
+    if len(msg_id) != 16 or not _HEX.issuperset(msg_id):
+        return False
+    body = data[start + 26:end]
+    zeros_from = start + 26 + len(body.rstrip(b"\0"))
+    if zeros_from < end:
+        boundary = -(-(base + zeros_from) // 512) * 512 - base
+        if boundary < end:
+            return False
+    return True
