@@ -74,6 +74,8 @@ class Expectations:
                 windows[-1][1] = index
         elif kind == "chdel":
             self.need.pop((op[2], op[3]), None)
+            # what the topic held went to its channels when the first one came: deleted with them
+            self.need.pop((op[2], HELD), None)
         elif kind == "tdel":
             for k in [k for k in self.need if k[0] == op[2]]:
                 del self.need[k]

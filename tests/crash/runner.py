@@ -92,9 +92,8 @@ def known_finding(rep: FailureReport, recording: Recording | None = None) -> str
         return None
     if f.kind == "damaged" and re.search(r"zeros|torn", sig):
         return "E"
-    if f.kind == "lost" and any("deferred.dat [" in line for line in rep.context) \
-            and "diskqueue" in " ".join(rep.lost):
-        return "K"
+    if f.kind == "lost" and any("deferred.dat [" in line for line in rep.context):
+        return "K"  # a deferred message released: its REMOVE record written next to its disk-queue write
     if f.kind == "lost" and f.channel == "#held" or (f.kind == "lost" and rep.label in ("first channel",
                                                                                            "second channel of events")):
         return "D"

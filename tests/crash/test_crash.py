@@ -416,7 +416,7 @@ IOERR_EVERY = {"diskqueue": 4, "wal": 2}
 
 def _ioerr_known(rep: Any) -> str | None:
     f = rep.failures[0]
-    if f.kind == "lost" and "deferred.dat [" in " ".join(rep.context) and "diskqueue" in " ".join(rep.lost):
+    if f.kind == "lost" and "deferred.dat [" in " ".join(rep.context):
         return "K"
     return None
 
