@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -175,19 +176,60 @@ def _collect(d: Any, rec: Recovered) -> None:
             note((tname, cname), bodies)
 
 
-async def recover(path: str, options: dict[str, Any]) -> Recovered:
-    """Start nsqd (in process) on ``path``, read every message it holds, stop it."""
+async def _consume(d: Any, rec: Recovered, quiet: float = 0.05) -> None:
+    """What each channel delivers to a V2 consumer (FINed as it comes, until
+    ``quiet`` s pass without a message), and what it still defers."""
+    from nsq.protocol.frames import FRAME_TYPE_MESSAGE
+    from nsq.protocol.message import decode_message
+
+    from ..server.helpers import Conn
+
+    def note(where: tuple[str, str], bodies: list[bytes]) -> None:
+        counter = rec.found.setdefault(where, Counter())
+        for body in bodies:
+            key, intact = parse_body(body)
+            if key is None or not intact:
+                rec.damaged.append(f"{where[0]}/{where[1]}: {body[:40]!r}... ({len(body)} bytes)")
+                if key is None:
+                    continue
+            counter[key] += 1
+
+    for tname, topic in list(d.topics.items()):
+        note((tname, HELD), [e[1] for e in topic.peek(BIG)])
+        for cname, ch in list(topic.channels.items()):
+            bodies = [item[2][1] for item in ch.deferred.values()]
+            conn = await Conn.open(d.tcp_port)
+            try:
+                await conn.subscribe(tname, cname, rdy=2500)
+                while True:
+                    try:
+                        ftype, data = await conn.read_frame(quiet)
+                    except asyncio.TimeoutError:
+                        break
+                    if ftype == FRAME_TYPE_MESSAGE:
+                        msg = decode_message(data)
+                        bodies.append(msg.body)
+                        await conn.send(b"FIN " + msg.id + b"\n")
+            finally:
+                await conn.aclose()
+            note((tname, cname), bodies)
+
+
+async def recover(path: str, options: dict[str, Any], consume: bool = False) -> Recovered:
+    """Start nsqd (in process) on ``path``, read every message it holds
+    (through each channel's store, or with ``consume`` as a consumer gets
+    them), stop it."""
     rec = Recovered()
     logged: list[str] = []
     try:
         with quiet_nsq(logged):
-            await _recover(path, options, rec)
+            await _recover(path, options, rec, consume)
     finally:
         rec.log = [x.replace(path + "/", "").replace(path, "<data>") for x in logged]
     return rec
 
 
-async def _recover(path: str, options: dict[str, Any], rec: Recovered) -> None:
+async def _recover(path: str, options: dict[str, Any], rec: Recovered, consume: bool) -> None:
     from nsq.server.nsqd.nsqd import NSQD
 
     d = NSQD(_opts(path, options))
@@ -199,7 +241,10 @@ async def _recover(path: str, options: dict[str, Any], rec: Recovered) -> None:
             await d.stop()
         return
     try:
-        _collect(d, rec)
+        if consume:
+            await _consume(d, rec)
+        else:
+            _collect(d, rec)
     except Exception as exc:
         rec.error = f"reading the recovered messages failed: {type(exc).__name__}: {exc}"
     finally:
@@ -244,7 +289,8 @@ def evaluate(exp: Expectations, rec: Recovered) -> list[Failure]:
     return out
 
 
-async def check_tree(tree: dict[str, bytes | None], options: dict[str, Any], scratch: str) -> Recovered:
+async def check_tree(tree: dict[str, bytes | None], options: dict[str, Any], scratch: str,
+                     consume: bool = False) -> Recovered:
     """Materialize ``tree`` under a fresh directory of ``scratch`` and recover it."""
     path = os.path.join(scratch, "state")
     if os.path.exists(path):
@@ -252,6 +298,6 @@ async def check_tree(tree: dict[str, bytes | None], options: dict[str, Any], scr
     os.mkdir(path)
     try:
         materialize(tree, path)
-        return await recover(path, options)
+        return await recover(path, options, consume)
     finally:
         shutil.rmtree(path, ignore_errors=True)

@@ -34,7 +34,7 @@ CI_PLAN = {
 
 
 async def run_step(step: Step, sample: float = 1.0, keep_trees: bool = False,
-                   progress: Callable[[Explored], None] | None = None) -> Explored:
+                   progress: Callable[[Explored], None] | None = None, consume: float = 0.01) -> Explored:
     root = scratch_dir()
     try:
         data = os.path.join(root, "data")
@@ -43,14 +43,15 @@ async def run_step(step: Step, sample: float = 1.0, keep_trees: bool = False,
             rec = await record(WORKLOADS[step.workload], step.engine, step.size, step.seed, data)
         scratch = os.path.join(root, "states")
         os.mkdir(scratch)
-        return await explore(rec, scratch, seed=step.seed, sample=sample, keep_trees=keep_trees, progress=progress)
+        return await explore(rec, scratch, seed=step.seed, sample=sample, keep_trees=keep_trees, progress=progress,
+                             consume=consume)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
 async def run_plan(steps: list[Step], sample: float = 1.0, keep_trees: bool = False,
-                   progress: Callable[[Explored], None] | None = None) -> list[Explored]:
-    return [await run_step(s, sample, keep_trees, progress) for s in steps]
+                   progress: Callable[[Explored], None] | None = None, consume: float = 0.01) -> list[Explored]:
+    return [await run_step(s, sample, keep_trees, progress, consume) for s in steps]
 
 
 # -- the findings this explorer found, not fixed yet ------------------------------------------------
@@ -110,7 +111,8 @@ def summary(results: list[Explored]) -> list[str]:
         lines.append(f"{engine}: {len(exs)} workloads, {sum(len(e.recording.ops) for e in exs)} recorded operations "
                      f"({sum(e.recording.fs_ops for e in exs)} file-system), {sum(e.points for e in exs)} crash "
                      f"points, {sum(e.states for e in exs)} crash states checked ({sum(e.recoveries for e in exs)} "
-                     f"distinct, each recovered by an nsqd), {sum(e.failed_states for e in exs)} failed, "
+                     f"distinct, each recovered by an nsqd, {sum(e.consumed for e in exs)} of them consumed over "
+                     f"TCP), {sum(e.failed_states for e in exs)} failed, "
                      f"{sum(e.recording.seconds for e in exs):.1f} s recording + "
                      f"{sum(e.seconds for e in exs):.1f} s exploring")
     return lines
