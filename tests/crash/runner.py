@@ -70,6 +70,10 @@ async def run_plan(steps: list[Step], sample: float = 1.0, keep_trees: bool = Fa
 KNOWN: dict[str, tuple[str, str]] = {
     "D": ("diskqueue", "a topic's held messages handed to its first channel: the topic's disk-queue file is "
                        "deleted once read, before the channel's copies are written and synced (kill -9 too)"),
+    "N": ("diskqueue", "a message read from a disk queue and stored again at its tail (a timeout, a REQ) releases "
+                       "its held read at once: the files it was read from are deleted before the tail write is "
+                       "synced, and after a roll before the meta file knows the new data file, so a crash loses it "
+                       "(kill -9 too)"),
     "E": ("diskqueue", "no checksum: a record written after the meta file's write position and not synced, "
                        "whose tail did not reach the disk (zeros), is counted at start and delivered damaged"),
     "F": ("wal", "a crash while the take-over of a disk-queue data path removes the disk-queue files (each "
@@ -95,9 +99,12 @@ def known_finding(rep: FailureReport, recording: Recording | None = None) -> str
         return "E"
     if f.kind == "lost" and any("deferred.dat [" in line for line in rep.context):
         return "K"  # a deferred message released: its REMOVE record written next to its disk-queue write
-    if f.kind == "lost" and f.channel == "#held" or (f.kind == "lost" and rep.label in ("first channel",
-                                                                                           "second channel of events")):
-        return "D"
+    if f.kind == "lost":
+        unlinked = [line.split(" unlink ", 1)[1] for line in rep.context if " unlink " in line and ".diskqueue.0" in line]
+        if any(":" in name.split(".diskqueue")[0] for name in unlinked):
+            return "N"  # a channel's read files deleted (released) before what was stored again is durable
+        if f.channel == "#held" and (unlinked or rep.label in ("first channel", "second channel of events")):
+            return "D"
     return None
 
 

@@ -323,6 +323,23 @@ async def test_fixed_j_deferred_log_dir_fsync_failure_refuses() -> None:
 
 
 @pytest.mark.xfail(strict=False, raises=AssertionError,
+                   reason=f"finding N: {KNOWN['N'][1]}")
+async def test_finding_n_requeued_message_released_before_its_new_copy_is_durable() -> None:
+    async def run(drv: Driver, rec: Recorder) -> None:
+        cons = await drv.consumer("t", "c")
+        await drv.pub("t", 8)  # several data files (--max-bytes-per-file 1024)
+        await drv.tick()
+        assert len(await cons.take(8)) == 8
+        drv.label("time out")  # none finished: each times out (--msg-timeout 80 ms) and goes to the tail again
+        await drv.tick(6)
+        drv.label("timed out")
+
+    rec = await scenario("diskqueue", run, msg_timeout=0.08)
+    fails = await crash_window(rec, "time out", "timed out")
+    assert not fails, _texts(fails)
+
+
+@pytest.mark.xfail(strict=False, raises=AssertionError,
                    reason="finding M: a topic log whose new segment cannot be opened falls back to reopening the "
                           "old one (topiclog._roll); when that open fails too the OSError escapes unanswered (the "
                           "publisher's connection is dropped, no E_PUB_FAILED, /stats health stays OK) and the log "

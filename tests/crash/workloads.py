@@ -18,8 +18,9 @@ it from the same event loop and writes markers into the operation log:
   here on the channel may forget it);
 - ``("req", key, topic, channel, delay_ms)``: a REQ is about to be sent;
 - ``("chcreate", topic, channel)``, ``("chdel", topic, channel)``,
-  ``("tdel", topic)``: a channel created (answered), a channel or topic
-  delete about to be sent (from there on its messages may go);
+  ``("chempty", topic, channel)``, ``("tdel", topic)``: a channel created
+  (answered), a channel deleted or emptied or a topic deleted: the request
+  is about to be sent (from there on its messages may go);
 - ``("health", text)``: nsqd's health changed (``OK`` or the error);
 - ``("label", text)``: the step the workload is at.
 
@@ -309,6 +310,14 @@ class Driver:
                 await cons.close()
         await self.http("POST", "/channel/delete", topic=topic, channel=channel)
 
+    async def empty_channel(self, topic: str, channel: str) -> None:
+        self.rec.mark("chempty", topic, channel)
+        await self.http("POST", "/channel/empty", topic=topic, channel=channel)
+
+    async def pause_channel(self, topic: str, channel: str, paused: bool) -> None:
+        """Pause (nsqd.dat is rewritten) or unpause the channel."""
+        await self.http("POST", "/channel/pause" if paused else "/channel/unpause", topic=topic, channel=channel)
+
     async def delete_topic(self, topic: str) -> None:
         self.rec.mark("tdel", topic)
         self.channels.pop(topic, None)
@@ -382,7 +391,8 @@ async def wl_basic(drv: Driver, n: int) -> None:
 async def wl_lifecycle(drv: Driver, n: int) -> None:
     """Topics and channels created and deleted: messages held by a topic
     without channels, handed to its first channel, a channel deleted with
-    messages, a topic deleted and created again; in-flight timeouts."""
+    messages, a topic deleted and created again, a channel paused and
+    emptied; in-flight timeouts."""
     t = "events"
     drv.label("held by the topic")
     await drv.pub(t, max(2, n // 5))
@@ -413,6 +423,12 @@ async def wl_lifecycle(drv: Driver, n: int) -> None:
         await second.fin(m)
     await drv.tick(2)
     await drv.mpub(t, 3)
+    drv.label("pause, empty")
+    await drv.pause_channel(tmp, "c2", True)
+    await drv.pub(tmp, 2)
+    await drv.empty_channel(tmp, "c2")
+    await drv.pub(tmp, 1)
+    await drv.pause_channel(tmp, "c2", False)
     await drv.tick()
 
 
