@@ -21,7 +21,8 @@ from nsq.protocol.errors import NSQError
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.storage.backend import BackendFull
 from nsq.server.nsqd.delivery.deadletter import dead_letter, dead_letter_topic
-from nsq.server.nsqd.storage.message import ATTEMPTS, CLIENT, DEADLINE, DELIVERED, OFFSET, TIMESTAMP, Entry, Message, entry
+from nsq.server.nsqd.storage.message import (ATTEMPTS, CLIENT, DEADLINE, DELIVERED, NO_OFFSET, OFFSET, TIMESTAMP, Entry,
+                                             Message, entry)
 from nsq.server.nsqd.delivery.quantile import WindowedQuantile
 
 if TYPE_CHECKING:
@@ -331,7 +332,7 @@ class Channel:
         kept = [m for m in entries if random.randrange(100) <= rate]
         if self._tracks and len(kept) < len(entries):
             ids = {m[0] for m in kept}
-            self.store.finish([m[5] for m in entries if m[0] not in ids and m[5] >= 0])
+            self.store.finish([m[5] for m in entries if m[0] not in ids and m[5] != NO_OFFSET])
         return kept
 
     #: the in-flight heap is rebuilt when it holds this many more message
@@ -380,7 +381,7 @@ class Channel:
         latency (now - publish timestamp, ns) is recorded (Go
         ``FinishMessage``). Raises :class:`ChannelError`."""
         msg = self._pop_in_flight(client, msg_id)
-        if self._tracks and msg[OFFSET] >= 0:
+        if self._tracks and msg[OFFSET] != NO_OFFSET:
             self.store.finish((msg[OFFSET],))
         if self.e2e is not None:
             self.e2e.insert(msg[TIMESTAMP])
@@ -490,11 +491,7 @@ class Channel:
             e = item[2]
             if deferred.get(e[0]) is item:
                 del deferred[e[0]]
-                self._enqueue(e)
-                if self.deferred_log is not None:
-                    if self._unlogged:
-                        self._unlogged.discard(e[0])
-                    self.deferred_log.remove(e[0])
+                self._enqueue(self.store.released(self, e))  # the store says when it leaves the deferred log
                 changed = True
         if changed:
             self.pump()

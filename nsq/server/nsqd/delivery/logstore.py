@@ -131,6 +131,15 @@ class LogChannelStore:
         """Collected by the cursor (folded into its range set later)."""
         self.cursor.finish(offsets)
 
+    def released(self, channel: Channel, e: Entry) -> Entry:
+        """Out of the deferred log at once: the log keeps the message (the
+        deferred log only its delay)."""
+        dlog = channel.deferred_log
+        if dlog is not None:
+            channel._unlogged.discard(e[0])
+            dlog.remove(e[0])
+        return e
+
     def peek(self, n: int) -> list[Entry]:
         """The cursor's next ``n`` messages, changing nothing."""
         return self.cursor.peek_entries(n) if self.cursor.depth else []

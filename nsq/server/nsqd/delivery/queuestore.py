@@ -53,12 +53,19 @@ class QueueChannelStore:
         self._disk = backend if isinstance(backend, DiskQueue) else None
         #: FINs are reported: the disk queue holds its reads until then
         self.tracks_offsets = self._disk is not None
+        self._dlog: Any = None
+        #: released deferred messages whose only copy on disk is the deferred
+        #: log: token (<= -2, in the entry's offset) -> id, removed from the
+        #: log once finished (or stored again at exit)
+        self._dlog_ids: dict[int, bytes] = {}
+        self._next_token = -2
+        self._flushed: list[bytes] = []
 
     def open(self, channel: Channel) -> None:
         """Re-arm the deferred messages of the channel's deferred log at
         their original due time (Unix ns in the log, monotonic s in the
         heap); ones already due are released by the next timeout scan."""
-        dlog = channel.deferred_log
+        dlog = self._dlog = channel.deferred_log
         if dlog is None:
             return
         now_mono, now_unix = time.monotonic(), time.time_ns()
@@ -100,7 +107,7 @@ class QueueChannelStore:
         overflow.reverse()
         stored = put_overflow(backend, encode_entries(overflow), self.host.set_health)
         if self._disk is not None:  # read from disk before, stored again at the tail now
-            self.finish([e[5] for e in overflow[:stored]])
+            self.finish([e[5] for e in overflow[:stored] if e[5] >= 0])
         if stored == excess:
             return
         refused = min(excess - stored, fresh)
@@ -143,14 +150,37 @@ class QueueChannelStore:
             for token in offsets:
                 if token >= 0:
                     disk.release(token)
+                elif token < -1 and self._dlog_ids:  # a released deferred message
+                    msg_id = self._dlog_ids.pop(token, None)
+                    if msg_id is not None:
+                        self._dlog.remove(msg_id)
+
+    def released(self, channel: Channel, e: Entry) -> Entry:
+        """A due deferred message goes back to the queue (memory: a crash
+        would lose it). It stays in the deferred log until it is finished,
+        unless its disk-queue read is still held (then it is covered)."""
+        dlog = self._dlog
+        if dlog is None:
+            return e
+        if e[0] in channel._unlogged:  # never recorded there
+            channel._unlogged.discard(e[0])
+            return e
+        if e[5] >= 0 or self._disk is None:
+            dlog.remove(e[0])
+            return e
+        token = self._next_token
+        self._next_token -= 1
+        self._dlog_ids[token] = e[0]
+        return (e[0], e[1], e[2], e[3], e[4], token)
 
     def peek(self, n: int) -> list[Entry]:
         """The backend's next ``n`` messages, changing nothing."""
         return decode_entries(self.backend.peek(n)) if self.backend.depth else []
 
     def empty(self) -> None:
-        """Drop the backend's messages."""
+        """Drop the backend's messages (the channel clears its deferred log)."""
         self.backend.empty()
+        self._dlog_ids.clear()
 
     def flush(self, channel: Channel) -> int:
         """Write memory, in-flight and deferred messages to the backend.
@@ -177,15 +207,23 @@ class QueueChannelStore:
         if self._disk is not None:
             if stored == len(msgs):
                 # what was read and held is at the tail again, or in the
-                # deferred log, or finished: the read position moves on
+                # deferred log, or finished: the read position moves on; the
+                # released deferred ones leave the deferred log once the
+                # queue is synced (close)
                 self._disk.release_all()
+                self._flushed = list(self._dlog_ids.values())
+                self._dlog_ids.clear()
             else:  # those not written stay held: a restart reads them again
-                self.finish([e[5] for e in msgs[:stored]])
+                self.finish([e[5] for e in msgs[:stored] if e[5] >= 0])
         return len(msgs)
 
     def close(self) -> None:
-        """Close the backend."""
+        """Close the backend (synced), then take what the exit flush wrote
+        out of the deferred log."""
         self.backend.close()
+        for msg_id in self._flushed:
+            self._dlog.remove(msg_id)
+        self._flushed = []
 
     def delete(self) -> None:
         """Delete the backend's files."""

@@ -105,6 +105,11 @@ class ChannelStore(Protocol):
     def finish(self, offsets: Iterable[int]) -> None:
         """The channel finished the messages at these offsets."""
 
+    def released(self, channel: Channel, e: Entry) -> Entry:
+        """A deferred message is due and goes back to the channel's queue:
+        the entry to queue. The store decides when it leaves the channel's
+        deferred log (where it may be the only copy on disk)."""
+
     def peek(self, n: int) -> list[Entry]:
         """The next ``n`` messages :meth:`read` would take, changing nothing."""
 
