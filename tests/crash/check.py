@@ -219,6 +219,8 @@ async def _consume(d: Any, rec: Recovered, quiet: float = 0.05) -> None:
                         await conn.send(b"FIN " + msg.id + b"\n")
             finally:
                 await conn.aclose()
+            # and what reading the store deferred meanwhile (a DPUB's record, a REQ delay restored)
+            bodies += [item[2][1] for item in ch.deferred.values()]
             note((tname, cname), bodies)
 
 
