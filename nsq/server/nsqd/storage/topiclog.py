@@ -239,7 +239,7 @@ class TopicLog(AppendFile):
 
     def _append(self, data: bytes, count: int) -> int:
         active = self._segments[-1]
-        if self._roll_next or (active.size >= self.max_bytes_per_file and active.count):
+        if self._roll_next or self._wfd is None or (active.size >= self.max_bytes_per_file and active.count):
             self._roll()
             active = self._segments[-1]
         if not active.count:
@@ -312,6 +312,34 @@ class TopicLog(AppendFile):
             return False
         return True
 
+    def _reopen_active(self) -> None:
+        """A new write fd on the newest segment, which holds no record (a
+        roll there would make a second segment at the same offset).
+
+        Raises:
+            BackendFull: it cannot be opened (the next append tries again).
+        """
+        seg = self._segments[-1]
+        if self._wfd is not None:
+            os.close(self._wfd)
+            self._wfd = None
+        try:
+            if not os.path.exists(seg.path):
+                self._unsynced_dirs.append(self.path)
+            self._wfd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.ftruncate(self._wfd, seg.size)  # nothing of a failed write stays
+        except OSError as exc:
+            self._roll_next = True
+            self.error = f"failed to open the log segment - {os.strerror(exc.errno or 0)}"
+            raise BackendFull(self.error) from None
+        self._roll_next = False
+        self._file_gen += 1
+        try:
+            self._sync_dirs()
+        except OSError as exc:
+            self.error = f"failed to sync the log directory - {os.strerror(exc.errno or 0)}"
+            raise BackendFull(self.error) from None
+
     def _cut_back(self, active: Segment) -> None:
         assert self._wfd is not None
         try:
@@ -321,27 +349,36 @@ class TopicLog(AppendFile):
             self._roll_next = True
 
     def _roll(self) -> None:
-        """Close the newest segment (synced) and start one at :attr:`head`."""
-        assert self._wfd is not None
-        try:
-            os.fsync(self._wfd)
-        except OSError as exc:
-            log.error("TOPIC(%s): failed to sync a full segment - %s", self.name, exc)
-        else:
-            if not self._roll_next and self.head > self.synced:  # not after a failed fsync
-                self.synced = self.head
-        os.close(self._wfd)
-        self._wfd = None
+        """Close the newest segment (synced) and start one at :attr:`head`.
+        If the new file cannot be made, appends go on in the old one when it
+        is sound (a roll for size), else none is possible until a later
+        append's roll succeeds (:class:`BackendFull` meanwhile)."""
+        prev = self._segments[-1]
+        if prev.count == 0 and prev.base == self.head:
+            self._reopen_active()  # the newest segment is empty: no new one, just a working fd
+            return
+        if self._wfd is not None:
+            try:
+                os.fsync(self._wfd)
+            except OSError as exc:
+                log.error("TOPIC(%s): failed to sync a full segment - %s", self.name, exc)
+            else:
+                if not self._roll_next and self.head > self.synced:  # not after a failed fsync
+                    self.synced = self.head
+            os.close(self._wfd)
+            self._wfd = None
         seg = Segment(self.head, os.path.join(self.path, segment_name(self.head)))
         seg.index = []
         seg.count = 0
         try:
             self._wfd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:
-            # stay on the old segment (appends go on there)
-            prev = self._segments[-1]
-            self._wfd = os.open(prev.path, os.O_WRONLY | os.O_APPEND)
             self.error = f"failed to start a new log segment - {os.strerror(exc.errno or 0)}"
+            if not self._roll_next:  # the old segment is sound: appends go on there
+                try:
+                    self._wfd = os.open(prev.path, os.O_WRONLY | os.O_APPEND)
+                except OSError:
+                    self._roll_next = True  # no fd at all: the next append tries again
             raise BackendFull(self.error) from None
         self._roll_next = False
         self._file_gen += 1  # fsyncs of the new segment count again
