@@ -107,7 +107,9 @@ class QueueChannelStore:
         overflow.reverse()
         stored = put_overflow(backend, encode_entries(overflow), self.host.set_health)
         if self._disk is not None:  # read from disk before, stored again at the tail now
-            self.finish([e[5] for e in overflow[:stored] if e[5] >= 0])
+            for e in overflow[:stored]:
+                if e[5] >= 0:
+                    self._disk.release_when_synced(e[5])
         if stored == excess:
             return
         refused = min(excess - stored, fresh)
@@ -126,7 +128,7 @@ class QueueChannelStore:
         if not put_overflow(self.backend, [encode_message(e[2], e[3], e[0], e[1])], self.host.set_health):
             return False
         if e[5] >= 0 and self._disk is not None:  # stored again at the tail
-            self._disk.release(e[5])
+            self._disk.release_when_synced(e[5])
         return True
 
     def read(self, channel: Channel, n: int) -> list[Entry]:
@@ -207,10 +209,10 @@ class QueueChannelStore:
         if self._disk is not None:
             if stored == len(msgs):
                 # what was read and held is at the tail again, or in the
-                # deferred log, or finished: the read position moves on; the
-                # released deferred ones leave the deferred log once the
-                # queue is synced (close)
-                self._disk.release_all()
+                # deferred log, or finished: the read position moves on once
+                # the queue has synced the copies (close), and the released
+                # deferred ones leave the deferred log then
+                self._disk.release_all_when_synced()
                 self._flushed = list(self._dlog_ids.values())
                 self._dlog_ids.clear()
             else:  # those not written stay held: a restart reads them again

@@ -77,6 +77,7 @@ import os
 import re
 import struct
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from itertools import chain
@@ -129,6 +130,10 @@ class DiskQueue(BackendQueue):
         #: queue): the meta file's read position stays at the oldest
         self.held = HeldReads()
         self._retired: list[int] = []  # read files kept for them
+        #: held reads whose records were written again at the tail: released
+        #: once a sync covers that write (then queued here by the disk thread)
+        self._release_after_sync: list[int] = []
+        self._synced_releases: deque[int] = deque()
         self._closed = False
         self._dirty = False  # state changed since the last sync
         self._writes_since_sync = 0
@@ -344,6 +349,8 @@ class DiskQueue(BackendQueue):
         :meth:`release`d: the persisted read position stays at the oldest
         held batch (:mod:`~nsq.server.nsqd.storage.readhold`). Returns the
         records and the batch's token (-1 when nothing was read)."""
+        if self._synced_releases:
+            self._take_synced_releases()
         # held before reading: a file read to its end meanwhile is kept
         token = self.held.take(self.read_file_num, self.read_pos)
         records = self.read_many(n)
@@ -354,13 +361,38 @@ class DiskQueue(BackendQueue):
         return records, token
 
     def release(self, token: int) -> None:
-        """One record of held batch ``token`` is finished, or stored again."""
+        """One record of held batch ``token`` is finished."""
+        if self._synced_releases:
+            self._take_synced_releases()
         if self.held.release(token):
             self._dirty = True
             self._remove_retired()
 
+    def release_when_synced(self, token: int) -> None:
+        """One record of held batch ``token`` was written again at the
+        tail: released once a sync covers that write (before it, a power cut
+        could lose the copy after the original's file went)."""
+        self._release_after_sync.append(token)
+
+    def _take_synced_releases(self) -> None:
+        synced = self._synced_releases
+        while synced:
+            if self.held.release(synced.popleft()):
+                self._dirty = True
+        self._remove_retired()
+
+    def release_all_when_synced(self) -> None:
+        """Every held record was written again at the tail (the exit
+        flush): :meth:`release_all` once :meth:`close` has synced that."""
+        self._release_all_synced = True
+
+    #: set by release_all_when_synced
+    _release_all_synced = False
+
     def release_all(self) -> None:
         """Every held record is finished or stored again (exit, empty)."""
+        self._release_after_sync.clear()
+        self._synced_releases.clear()
         if self.held:
             self.held.clear()
             self._dirty = True
@@ -397,9 +429,12 @@ class DiskQueue(BackendQueue):
                 raise
         self._meta_gen += 1
         gen = self._meta_gen
+        releases, self._release_after_sync = self._release_after_sync, []
         with self._meta_lock:
             self._persist_meta()
             self._meta_written_gen = gen
+        self._synced_releases.extend(releases)  # the copies are durable now
+        self._take_synced_releases()
         self._dirty = False
         self._bg_failed = False
         self._writes_since_sync = 0
@@ -429,9 +464,13 @@ class DiskQueue(BackendQueue):
         self._dirty = False
         self._writes_since_sync = 0
         file_gen = self._file_gen
-        return self.background(lambda: self._sync_worker(fd, text, gen, file_gen))
+        releases, self._release_after_sync = self._release_after_sync, []
+        if self._synced_releases:
+            self._take_synced_releases()
+        return self.background(lambda: self._sync_worker(fd, text, gen, file_gen, releases))
 
-    def _sync_worker(self, fd: int | None, text: bytes, gen: int, file_gen: int = -2) -> None:
+    def _sync_worker(self, fd: int | None, text: bytes, gen: int, file_gen: int = -2,
+                     releases: list[int] | None = None) -> None:
         """Runs in the disk thread: fsync a dup of the write fd, then the meta
         (neither once an fsync of that file failed)."""
         try:
@@ -448,6 +487,8 @@ class DiskQueue(BackendQueue):
                 if gen > self._meta_written_gen and not self._closed:
                     self._write_meta(text)
                     self._meta_written_gen = gen
+            if releases:  # the loop thread releases them (HeldReads is not thread-safe)
+                self._synced_releases.extend(releases)
         except OSError as e:
             self._bg_failed = True
             logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
@@ -479,6 +520,12 @@ class DiskQueue(BackendQueue):
             return
         try:
             if self.needs_sync or self._meta_written_gen != self._meta_gen:
+                self.sync()
+            if self._release_all_synced:
+                # what the exit flush wrote again is durable now: the held
+                # reads go, and the meta file says so
+                self._release_all_synced = False
+                self.release_all()
                 self.sync()
         except OSError as e:
             # a failing disk at shutdown: what was written stays; the meta
@@ -678,6 +725,8 @@ class DiskQueue(BackendQueue):
         self._close_read_file()
         self._close_write_file()
         self.held.clear()
+        self._release_after_sync.clear()
+        self._synced_releases.clear()
         for num in self._retired:
             self._remove(self._file_name(num))
         self._retired = []
