@@ -65,7 +65,8 @@ async def run_plan(steps: list[Step], sample: float = 1.0, keep_trees: bool = Fa
 # was deleted at once (742d076, "C"); a message published while a consumer was ready acknowledged
 # unwritten (742d076, "L"); a meta file written in place with no directory fsync and a deferred
 # log's failed directory fsync ignored (e49f562, "I", "J"); a restart handing what a topic held
-# to its first channel only, and a new channel gone with its messages (64b78b8, "A", "B").
+# to its first channel only, and a new channel gone with its messages (64b78b8, "A", "B"); a
+# released deferred message's REMOVE record reaching the disk before its new copy (82b18a5, "K").
 
 KNOWN: dict[str, tuple[str, str]] = {
     "D": ("diskqueue", "a topic's held messages handed to its first channel: the topic's disk-queue file is "
@@ -81,9 +82,6 @@ KNOWN: dict[str, tuple[str, str]] = {
                  "the next start takes the data path over again and rewrites that channel's cursor past the "
                  "messages the first take-over put in the log (kill -9 too; before e461b2a the data files were "
                  "deleted as they were read, before the log had the messages)"),
-    "K": ("diskqueue", "a deferred message released to a channel: the deferred log's REMOVE record and the disk-queue "
-                       "write of the message are synced independently, so the REMOVE can reach the disk without the "
-                       "message: it is gone from both"),
 }
 
 
@@ -97,8 +95,6 @@ def known_finding(rep: FailureReport, recording: Recording | None = None) -> str
         return None
     if f.kind == "damaged" and re.search(r"zeros|torn", sig):
         return "E"
-    if f.kind == "lost" and any("deferred.dat [" in line for line in rep.context):
-        return "K"  # a deferred message released: its REMOVE record written next to its disk-queue write
     if f.kind == "lost":
         unlinked = [line.split(" unlink ", 1)[1] for line in rep.context if " unlink " in line and ".diskqueue.0" in line]
         if any(":" in name.split(".diskqueue")[0] for name in unlinked):
