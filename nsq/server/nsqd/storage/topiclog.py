@@ -150,54 +150,8 @@ class TopicLog(AppendFile):
             self._unsynced_dirs.pop(0)
 
     def _scan(self, seg: Segment, repair: bool = False) -> None:
-        """Count ``seg``'s whole records and build its sparse index; with
-        ``repair`` (the newest segment at start) cut a torn or damaged tail."""
-        index: list[int] = []
-        index_pos: list[int] = []
-        count = 0
-        size = seg.size
-        try:
-            fd = os.open(seg.path, os.O_RDONLY) if repair else seg.read_fd()
-        except FileNotFoundError:
-            seg.index, seg.index_pos, seg.count, seg.size = [], [], 0, 0
-            return
-        buf = b""
-        buf_start = 0  # file position of buf[0]
-        rel = 0
-        try:
-            while True:
-                parsed = parse_record(buf, rel, len(buf))
-                if parsed is None:
-                    at = buf_start + rel
-                    have = len(buf) - rel
-                    need = 8 if have < 8 else 8 + FRAME.unpack_from(buf, rel)[0]
-                    if at >= size or have >= need or buf_start + len(buf) >= size:
-                        break  # the end, a damaged record, or a torn one
-                    buf = os.pread(fd, max(CHUNK, need), at)
-                    buf_start, rel = at, 0
-                    continue
-                if count % INDEX_EVERY == 0:
-                    index.append(seg.base + count)
-                    index_pos.append(buf_start + rel)
-                count += 1
-                rel = parsed[1]
-        finally:
-            if repair:
-                os.close(fd)
-        pos = buf_start + rel
-        if pos < size:
-            where = f"{seg.path} at byte {pos} of {size}"
-            if repair:
-                log.error("TOPIC(%s): the log's newest segment has a torn or damaged tail (%s): cut back to the "
-                          "last whole record; the %d records before it are kept", self.name, where, count)
-                with open(seg.path, "r+b") as fh:
-                    fh.truncate(pos)
-            else:
-                log.error("TOPIC(%s): damaged record in %s: the rest of that segment is skipped", self.name, where)
-            seg.size = pos
-        seg.index = index
-        seg.index_pos = index_pos
-        seg.count = count
+        """:meth:`Segment.scan` (count, index; with ``repair`` cut a torn tail)."""
+        seg.scan(self.name, repair)
 
     # -- appending -----------------------------------------------------------------
 
