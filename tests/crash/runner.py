@@ -26,10 +26,11 @@ class Step:
 #: what the CI test explores: at least 10,000 crash states in well under 3 minutes on 2 cores
 CI_PLAN = {
     "diskqueue": [Step("basic", "diskqueue", 24, 1), Step("lifecycle", "diskqueue", 24, 2),
-                  Step("basic", "diskqueue", 16, 3)],
+                  Step("basic", "diskqueue", 16, 3), Step("restart", "diskqueue", 32, 4)],
     "wal": [Step("basic", "wal", 40, 1), Step("lifecycle", "wal", 40, 2), Step("migrate", "wal", 24, 3),
             Step("basic", "wal", 60, 4), Step("lifecycle", "wal", 60, 5), Step("migrate", "wal", 40, 6),
-            Step("basic", "wal", 80, 7), Step("lifecycle", "wal", 80, 8)],
+            Step("basic", "wal", 80, 7), Step("lifecycle", "wal", 80, 8), Step("restart", "wal", 32, 9),
+            Step("restart", "wal", 48, 10)],
 }
 
 

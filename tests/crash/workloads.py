@@ -326,6 +326,23 @@ class Driver:
                 await cons.close()
         await self.http("POST", "/topic/delete", topic=topic)
 
+    async def restart(self) -> None:
+        """Stop nsqd cleanly and start a new one on the same data path (its
+        exit flush and its start are recorded like the rest)."""
+        from nsq.server.nsqd.nsqd import NSQD
+
+        self.label("restart: stop")
+        await self.close()
+        self.consumers = []
+        options = self.d.options
+        await self.d.stop()
+        self.label("restart: start")
+        self.d = NSQD(options)
+        self.d.options.tcp_address = self.d.options.http_address = "127.0.0.1:0"
+        await self.d.start()
+        _mark_health(self.d, self.rec)
+        self.label("restarted")
+
     async def tick(self, n: int = 1) -> None:
         """Let the daemon's scan run (syncs, checkpoints, timeouts, due deferred messages)."""
         self.rec.mark("label", "tick")
@@ -350,7 +367,8 @@ class Driver:
 
 async def wl_basic(drv: Driver, n: int) -> None:
     """One topic, a consumed channel and an idle one: PUB, MPUB, DPUB, FIN,
-    REQ (now and delayed), messages left in flight, files rolled."""
+    REQ (now and delayed), messages left in flight, files rolled; at the end
+    the idle channel drained (files and segments deleted)."""
     t = "orders"
     drv.label("create channels")
     await drv.create_channel(t, "audit")
@@ -385,6 +403,15 @@ async def wl_basic(drv: Driver, n: int) -> None:
         if drv.rng.random() < 0.6:
             await work.fin(m)
     await drv.pub(t, max(1, n // 8))
+    await drv.tick(2)
+    drv.label("drain a channel")  # files and segments no channel needs any more are deleted
+    audit = await drv.consumer(t, "audit")
+    while True:
+        got = await audit.take(min(10, drv.depth(t, "audit")))
+        for m in got:
+            await audit.fin(m)
+        if not got:
+            break
     await drv.tick(2)
 
 
@@ -429,6 +456,33 @@ async def wl_lifecycle(drv: Driver, n: int) -> None:
     await drv.empty_channel(tmp, "c2")
     await drv.pub(tmp, 1)
     await drv.pause_channel(tmp, "c2", False)
+    await drv.tick()
+
+
+async def wl_restart(drv: Driver, n: int) -> None:
+    """Clean restarts in the middle: the exit flush (in-flight, requeued and
+    deferred messages, checkpoints) and the start (repairs, compaction,
+    restored deferrals) under crash too."""
+    t = "jobs"
+    cons = await drv.consumer(t, "w")
+    await drv.pub(t, max(3, n // 4))
+    await drv.dpub(t, 600_000)
+    await drv.tick()
+    got = await cons.take(4)
+    for m in got[:1]:
+        await cons.fin(m)
+    for m in got[1:2]:
+        await cons.req(m, 50_000)  # deferred at the restart
+    # the rest in flight at the restart
+    await drv.restart()
+    cons = await drv.consumer(t, "w")
+    await drv.pub(t, max(2, n // 4))
+    for m in await cons.take(min(6, drv.depth(t, "w"))):
+        await cons.fin(m)
+    await drv.tick()
+    await drv.restart()
+    cons = await drv.consumer(t, "w")
+    await drv.mpub(t, 3)
     await drv.tick()
 
 
@@ -479,6 +533,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("basic", wl_basic),
     Workload("lifecycle", wl_lifecycle, options={"msg_timeout": 0.08}),
     Workload("migrate", mig_run, engines=("wal",), setup=mig_setup),
+    Workload("restart", wl_restart),
 )}
 
 
@@ -601,7 +656,7 @@ async def record(workload: Workload, engine: str, size: int, seed: int, root: st
                 rec.injector = None
                 rec.mark("label", "stop")
                 await drv.close()
-                await d.stop()
+                await drv.d.stop()  # the daemon of the last restart
                 rec.mark("label", "stopped")
         rec.verify_tree()
     return Recording(workload.name, engine, size, seed, opts, rec.initial, rec.ops, rec.errors, dict(rec.calls),
