@@ -67,17 +67,16 @@ async def run_plan(steps: list[Step], sample: float = 1.0, keep_trees: bool = Fa
 # unwritten (742d076, "L"); a meta file written in place with no directory fsync and a deferred
 # log's failed directory fsync ignored (e49f562, "I", "J"); a restart handing what a topic held
 # to its first channel only, and a new channel gone with its messages (64b78b8, "A", "B"); a
-# released deferred message's REMOVE record reaching the disk before its new copy (82b18a5, "K").
+# released deferred message's REMOVE record reaching the disk before its new copy (82b18a5, "K");
+# a topic's held messages deleted on their way to its first channel (65f8b08, "D"); a requeued
+# message's old files deleted before its new copy was durable (b7c2d44, "N"); a topic log wedged
+# by two failed segment opens (cba7de4, "M", I/O-error mode).
 
 KNOWN: dict[str, tuple[str, str]] = {
-    "D": ("diskqueue", "a topic's held messages handed to its first channel: the topic's disk-queue file is "
-                       "deleted once read, before the channel's copies are written and synced (kill -9 too)"),
-    "N": ("diskqueue", "a message read from a disk queue and stored again at its tail (a timeout, a REQ) releases "
-                       "its held read at once: the files it was read from are deleted before the tail write is "
-                       "synced, and after a roll before the meta file knows the new data file, so a crash loses it "
-                       "(kill -9 too)"),
-    "E": ("diskqueue", "no checksum: a record written after the meta file's write position and not synced, "
-                       "whose tail did not reach the disk (zeros), is counted at start and delivered damaged"),
+    "E": ("diskqueue", "no checksum: an unsynced record whose tail did not reach the disk (zeros, its length "
+                       "kept) is taken at start and delivered damaged: since 65f8b08 still in a disk queue that "
+                       "has data files and no meta file yet (scan_data_files, its first write) and in a channel's "
+                       "deferred log (DeferredLog._load)"),
     "F": ("wal", "a crash while the take-over of a disk-queue data path removes the disk-queue files (each "
                  "channel's meta file first) leaves a channel with data files and a deferred log but no meta file: "
                  "the next start takes the data path over again and rewrites that channel's cursor past the "
@@ -96,12 +95,6 @@ def known_finding(rep: FailureReport, recording: Recording | None = None) -> str
         return None
     if f.kind == "damaged" and re.search(r"zeros|torn", sig):
         return "E"
-    if f.kind == "lost":
-        unlinked = [line.split(" unlink ", 1)[1] for line in rep.context if " unlink " in line and ".diskqueue.0" in line]
-        if any(":" in name.split(".diskqueue")[0] for name in unlinked):
-            return "N"  # a channel's read files deleted (released) before what was stored again is durable
-        if f.channel == "#held" and (unlinked or rep.label in ("first channel", "second channel of events")):
-            return "D"
     return None
 
 

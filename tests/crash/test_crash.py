@@ -198,8 +198,11 @@ async def test_fixed_b_new_channel_survives_with_its_messages() -> None:
     assert not fails, _texts(fails)
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding D: {KNOWN['D'][1]}")
-async def test_finding_d_held_messages_lost_on_the_way_to_the_first_channel() -> None:
+async def test_fixed_d_held_messages_kept_on_the_way_to_the_first_channel() -> None:
+    """Failed before 65f8b08 (finding D): a topic's held messages handed to its
+    first channel: the topic's disk-queue file was deleted once read, before
+    the channel's copies were written and synced (kill -9 too)."""
+
     async def run(drv: Driver, rec: Recorder) -> None:
         await drv.pub("t", 3)  # held by the topic (no channel): its disk queue
         await drv.tick()
@@ -227,6 +230,29 @@ async def test_finding_e_unsynced_record_with_zero_tail_delivered_damaged() -> N
         prev = rec.ops[i - 1] if i else None
         return (op is not None and op[0] == "fsync" and prev is not None and prev[0] == "write" and len(prev[3]) > 900
                 and ".diskqueue.0" in rec_names.get(prev[1], ""))
+
+    def inside(model: Model, choice: tuple) -> bool:  # the cut is inside the write, not at its start
+        ((_, fid), (_, j, cut)), = choice[1].items()
+        return cut > model.files[fid].pending[j][1]
+
+    fails = await crash(rec, before_record_fsync, "zero tail", inside)
+    assert not fails, _texts(fails)
+
+
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding E: {KNOWN['E'][1]}")
+async def test_finding_e_unsynced_deferred_record_with_zero_tail_delivered_damaged() -> None:
+    async def run(drv: Driver, rec: Recorder) -> None:
+        await drv.create_channel("t", "c")
+        drv.rng.random = lambda: 0.95  # type: ignore[method-assign]  # a large body: a record over 2 sectors
+        await drv.dpub("t", 600_000)
+
+    rec = await scenario("diskqueue", run)
+    rec_names = {op[3]: op[2] for op in rec.ops if op[0] == "create"}
+
+    def before_record_fsync(i: int, op: Any, exp: Any) -> bool:
+        prev = rec.ops[i - 1] if i else None
+        return (op is not None and op[0] == "fsync" and prev is not None and prev[0] == "write" and len(prev[3]) > 900
+                and rec_names.get(prev[1], "").endswith(".deferred.dat"))
 
     def inside(model: Model, choice: tuple) -> bool:  # the cut is inside the write, not at its start
         ((_, fid), (_, j, cut)), = choice[1].items()
@@ -325,9 +351,11 @@ async def test_fixed_j_deferred_log_dir_fsync_failure_refuses() -> None:
     assert not fails, _texts(fails)
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError,
-                   reason=f"finding N: {KNOWN['N'][1]}")
-async def test_finding_n_requeued_message_released_before_its_new_copy_is_durable() -> None:
+async def test_fixed_n_requeued_message_held_until_its_new_copy_is_durable() -> None:
+    """Failed before b7c2d44 (finding N): a message read from a disk queue and
+    stored again at its tail (a timeout, a REQ) released its held read at
+    once, so the files it was read from went before the new copy was durable."""
+
     async def run(drv: Driver, rec: Recorder) -> None:
         cons = await drv.consumer("t", "c")
         await drv.pub("t", 8)  # several data files (--max-bytes-per-file 1024)
@@ -342,12 +370,12 @@ async def test_finding_n_requeued_message_released_before_its_new_copy_is_durabl
     assert not fails, _texts(fails)
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError,
-                   reason="finding M: a topic log whose new segment cannot be opened falls back to reopening the "
-                          "old one (topiclog._roll); when that open fails too the OSError escapes unanswered (the "
-                          "publisher's connection is dropped, no E_PUB_FAILED, /stats health stays OK) and the log "
-                          "is left without a write fd: every later publish fails, after the errors stop too")
-async def test_finding_m_failed_segment_open_wedges_the_log() -> None:
+async def test_fixed_m_failed_segment_open_refuses_and_recovers() -> None:
+    """Failed before cba7de4 (finding M, I/O-error mode): a topic log whose new
+    segment and old segment both failed to open dropped the publisher
+    unanswered and was left with no write fd, refusing every publish after
+    the errors stopped."""
+
     failing = {"left": 0}
 
     def opens_fail(call: str, path: str) -> int | None:
