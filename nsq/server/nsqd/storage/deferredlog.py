@@ -41,6 +41,7 @@ import struct
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH, decode_message
 from nsq.server.nsqd.storage.atomicfile import fsync_dir, replace_atomically
+from nsq.server.nsqd.storage.diskqueue_meta import plausible_record
 from nsq.server.nsqd.storage.syncpolicy import AppendFile
 
 __all__ = ["DeferredLog"]
@@ -200,6 +201,8 @@ class DeferredLog(AppendFile):
             if size < 1 or end - pos - 4 < size:
                 break
             body = data[pos + 5:pos + 4 + size]
+            if kind == _ADD and not plausible_record(data, pos + 5 + 8, pos + 4 + size, 0):
+                break  # a record a power cut tore (no checksum here): the rest is cut
             if kind == _ADD and len(body) >= 8 + MIN_MESSAGE_LENGTH:
                 due = _DUE.unpack_from(body, 0)[0]
                 msg = decode_message(body[8:])

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from .atomicfile import NO_SPACE, fsync_dir, replace_atomically, write_all
 
-__all__ = ["format_meta", "parse_meta", "write_meta", "scan_data_files", "scan_records", "listdir"]
+__all__ = ["format_meta", "parse_meta", "write_meta", "scan_data_files", "scan_records", "listdir", "plausible_record"]
 
 log = logging.getLogger("nsq.nsqd")
 
@@ -119,8 +119,10 @@ def scan_data_files(data_path: str, data_re: re.Pattern, file_name: Callable[[in
 
 
 def _scan_file(path: str, min_size: int, max_size: int) -> tuple[int, int]:
-    """Count the valid records at the start of a data file: ``(count, end offset)``."""
-    return scan_records(path, 0, min_size, max_size)
+    """Count the valid records at the start of a data file: ``(count, end
+    offset)``; without a meta file none is known to be synced, so each must
+    look whole (``strict``)."""
+    return scan_records(path, 0, min_size, max_size, strict=True)
 
 
 def scan_records(path: str, start: int, min_size: int, max_size: int, strict: bool = False) -> tuple[int, int]:
@@ -128,7 +130,7 @@ def scan_records(path: str, start: int, min_size: int, max_size: int, strict: bo
     on: ``(count, end offset)`` (``(0, start)`` if there are none or the
     file cannot be read). With ``strict`` (records never synced: a power
     cut may have left zeros where their end was) a record also needs a
-    hex message id and a tail that is not all zeros."""
+    tail with no zeroed sector (:func:`plausible_record`)."""
     try:
         with open(path, "rb") as f:
             f.seek(start)
@@ -140,24 +142,18 @@ def scan_records(path: str, start: int, min_size: int, max_size: int, strict: bo
         (size,) = _SIZE.unpack_from(data, pos)
         if size < min_size or size > max_size or pos + 4 + size > len(data):
             break
-        if strict and not _plausible(data, pos + 4, pos + 4 + size, start):
+        if strict and not plausible_record(data, pos + 4, pos + 4 + size, start):
             break
         pos += 4 + size
         count += 1
     return count, start + pos
 
 
-_HEX = frozenset(b"0123456789abcdefABCDEF")
-
-
-def _plausible(data: bytes, start: int, end: int, base: int) -> bool:
+def plausible_record(data: bytes, start: int, end: int, base: int) -> bool:
     """A message record ``data[start:end]`` (timestamp, attempts, 16-byte
     id, body; ``data`` begins at file offset ``base``) that a torn write did
-    not leave: a hex id, and no run of zeros at its end that begins at or
-    before a 512-byte sector boundary (a sector that never reached the disk)."""
-    msg_id = data[start + 10:start + 26]
-    if len(msg_id) != 16 or not _HEX.issuperset(msg_id):
-        return False
+    not leave: no run of zeros at its end that begins at or before a
+    512-byte sector boundary (a sector that never reached the disk)."""
     body = data[start + 26:end]
     zeros_from = start + 26 + len(body.rstrip(b"\0"))
     if zeros_from < end:

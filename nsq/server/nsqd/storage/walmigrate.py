@@ -136,6 +136,17 @@ def take_over(topic: str, data_path: str, topic_log: TopicLog, options: NSQDOpti
     deferred = sorted(f[len(channel_prefix):-len(".deferred.dat")] for f in names
                       if f.startswith(channel_prefix) and f.endswith(".deferred.dat"))
     has_topic_queue = f"{topic}{_META_SUFFIX}" in names
+    if any(t.get("topic") == topic for t in _state(data_path).get("taken_over", [])):
+        # taken over already, and a crash came while its files were being
+        # removed: the log has the messages; finish the removal, take nothing again
+        leftovers = [f for f in names if f.startswith((f"{topic}.diskqueue.", f"{topic}:"))
+                     and (".diskqueue." in f or f.endswith(".deferred.dat"))]
+        if leftovers:
+            log.info("TOPIC(%s): removing %d disk-queue files an interrupted take-over left", topic, len(leftovers))
+            for f in leftovers:
+                if not f.endswith(".deferred.dat"):  # the deferred log stays: it keeps REQ delays
+                    os.remove(os.path.join(data_path, f))
+        return 0
     if not channels and not has_topic_queue:
         return 0
     regions: dict[str, tuple[int, int]] = {}
