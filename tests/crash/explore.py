@@ -48,6 +48,8 @@ class FailureReport:
     recovery_log: list[str]
     count: int = 1
     tree: dict[str, bytes | None] | None = None
+    #: the known finding it shows, when the caller could tell (the I/O-error mode)
+    finding: str | None = None
 
     def text(self) -> str:
         f = self.failures[0]
@@ -162,7 +164,6 @@ async def _minimize(model: Model, choice: Choice, exp: Expectations, fail: Failu
             rec = cache[fp] = await check_tree(tree, options, scratch)
         if same(evaluate(exp, rec)):
             opts = trial
-    # a torn or partial write that is not needed whole: try "the whole write lost" instead
     return ("minimized", opts, "C")
 
 

@@ -102,7 +102,9 @@ def _during(injector: NthCall, notes: dict[str, Any]) -> Any:
                 notes["refusals"].append(drv.errors[-1][:60].decode(errors="replace"))
                 # reported: /stats says it now, or it did meanwhile (a one-off error may be
                 # over already: the scan's probe finds the disk taking writes again)
-                said = any(op[:2] == ("mark", "health") and op[2] != "OK" for op in rec.ops[start:])
+                health = [op[2] for op in rec.ops if op[:2] == ("mark", "health")]
+                before = [op[2] for op in rec.ops[:start] if op[:2] == ("mark", "health")]
+                said = any(h != "OK" for h in health[len(before):]) or bool(before and before[-1] != "OK")
                 if await _health(drv) == "OK" and not said:
                     notes["refused_healthy"] += 1
 
@@ -249,6 +251,8 @@ async def run_one(engine: str, call: str, n: int, err: int, burst: int = 1, seed
         ex = await explore(rec, scratch, only=("synced",), max_minimize=3)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    for report in ex.failures:
+        report.finding = _finding(rec, report)
     lost = {f.key for r in ex.failures for f in r.failures if f.kind == "lost" and not f.delivered}
     in_flight = {f.key for r in ex.failures for f in r.failures if f.kind == "lost" and f.delivered}
     broken = sum(1 for r in ex.failures for f in r.failures if f.kind != "lost")
@@ -257,6 +261,26 @@ async def run_one(engine: str, call: str, n: int, err: int, burst: int = 1, seed
                     notes["refusals"], notes["stayed_up"], notes["recovered"], notes["after_ok"],
                     len(lost), len(in_flight - lost), broken, detail, rec.errors, ex.states,
                     time.perf_counter() - started, ex.failures)
+
+
+def _finding(rec: Recording, report: FailureReport) -> str | None:
+    """The finding of tests/crash/test_crash.py a failing state of an I/O-error run shows, if it is one:
+
+    - "O": an acknowledged message lost whose publish saw a data file's fsync fail before its answer (an
+      MPUB across a roll whose fsync failed);
+    - "P": a message in flight lost after the clean stop, in a run where a data file's fsync failed (the
+      exit flush released a read whose new copy had failed to sync)."""
+    f = report.failures[0]
+    if f.kind != "lost" or f.key is None:
+        return None
+    ops = rec.ops
+    send = next((i for i, op in enumerate(ops) if op[:3] == ("mark", "send", f.key)), None)
+    ack = next((i for i, op in enumerate(ops) if op[:3] == ("mark", "ack", f.key)), None)
+    if send is not None and ack is not None and any(op[0] == "fsyncfail" for op in ops[send:ack]):
+        return "O"
+    if f.delivered and report.label in ("stop", "stopped") and any(op[0] == "fsyncfail" for op in ops):
+        return "P"
+    return None
 
 
 def plan(counts: dict[str, int], every: int = 1, bursts: tuple[int, ...] = (1,),
