@@ -201,7 +201,7 @@ class DeferredLog(AppendFile):
             if size < 1 or end - pos - 4 < size:
                 break
             body = data[pos + 5:pos + 4 + size]
-            if kind == _ADD and not plausible_record(data, pos + 5 + 8, pos + 4 + size, 0):
+            if kind == _ADD and not plausible_record(data, pos, pos + 4 + size, 0):
                 break  # a record a power cut tore (no checksum here): the rest is cut
             if kind == _ADD and len(body) >= 8 + MIN_MESSAGE_LENGTH:
                 due = _DUE.unpack_from(body, 0)[0]

@@ -151,6 +151,7 @@ class DiskQueue(BackendQueue):
         #: never counts again (see AppendFile): its syncs fail until the roll
         self._file_gen = 0
         self._failed_gen = -1
+        self._lost = False  # a roll's fsync of the old file failed: the next sync fails
         self._meta_lock = threading.Lock()
         self._meta_gen = 0  # snapshots taken
         self._meta_written_gen = 0  # newest snapshot on disk
@@ -388,11 +389,16 @@ class DiskQueue(BackendQueue):
 
     #: set by release_all_when_synced
     _release_all_synced = False
+    #: a sync of records stored again failed: their originals are never released
+    _copies_lost = False
 
     def release_all(self) -> None:
-        """Every held record is finished or stored again (exit, empty)."""
+        """Every held record is finished or stored again (exit, empty);
+        not after a sync of such a copy failed (the originals stay held)."""
         self._release_after_sync.clear()
         self._synced_releases.clear()
+        if self._copies_lost:
+            return
         if self.held:
             self.held.clear()
             self._dirty = True
@@ -418,6 +424,11 @@ class DiskQueue(BackendQueue):
         """fsync the write file and write the meta file atomically (no-op once closed)."""
         if self._closed:
             return
+        if self._lost:
+            self._lost = False
+            self._copies_lost = bool(self._release_after_sync) or self._copies_lost
+            self._release_after_sync = []
+            raise OSError(errno.EIO, "the writes before a roll were not synced")
         if self._wfd is not None:
             if self._failed_gen == self._file_gen:
                 raise OSError(errno.EIO, "an earlier fsync of this file failed")
@@ -426,6 +437,8 @@ class DiskQueue(BackendQueue):
             except OSError:
                 self._failed_gen = self._file_gen
                 self._roll_next = True
+                self._copies_lost = bool(self._release_after_sync) or self._copies_lost
+                self._release_after_sync = []  # their copies may be gone: keep holding the originals
                 raise
         self._meta_gen += 1
         gen = self._meta_gen
@@ -465,15 +478,18 @@ class DiskQueue(BackendQueue):
         self._writes_since_sync = 0
         file_gen = self._file_gen
         releases, self._release_after_sync = self._release_after_sync, []
+        lost, self._lost = self._lost, False
         if self._synced_releases:
             self._take_synced_releases()
-        return self.background(lambda: self._sync_worker(fd, text, gen, file_gen, releases))
+        return self.background(lambda: self._sync_worker(fd, text, gen, file_gen, releases, lost))
 
     def _sync_worker(self, fd: int | None, text: bytes, gen: int, file_gen: int = -2,
-                     releases: list[int] | None = None) -> None:
+                     releases: list[int] | None = None, lost: bool = False) -> None:
         """Runs in the disk thread: fsync a dup of the write fd, then the meta
         (neither once an fsync of that file failed)."""
         try:
+            if lost:
+                raise OSError(errno.EIO, "the writes before a roll were not synced")
             if fd is not None:
                 if self._failed_gen == file_gen:
                     raise OSError(errno.EIO, "an earlier fsync of this file failed")
@@ -491,6 +507,8 @@ class DiskQueue(BackendQueue):
                 self._synced_releases.extend(releases)
         except OSError as e:
             self._bg_failed = True
+            if releases:
+                self._copies_lost = True  # keep holding the originals of copies that may be gone
             logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
             raise
         finally:
@@ -642,6 +660,7 @@ class DiskQueue(BackendQueue):
 
     def _roll_write_file(self) -> None:
         self._roll_next = False
+        lost = False
         old_num, old_pos = self.write_file_num, self.write_pos
         if self._wfd is not None:
             try:
@@ -649,6 +668,7 @@ class DiskQueue(BackendQueue):
                 os.fsync(self._wfd)
             except OSError as e:
                 logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+                lost = True
             self._close_write_file()
         self.write_file_num = old_num + 1
         self.write_pos = 0
@@ -664,6 +684,8 @@ class DiskQueue(BackendQueue):
             self.sync()
         except OSError as e:
             logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+        if lost:  # the old file's unsynced writes: the sync that would acknowledge them fails
+            self._lost = True
 
     def _handle_read_error(self, reason: str) -> None:
         """go-diskqueue handleReadError: rename the read file to .bad, jump to the next file."""

@@ -142,7 +142,7 @@ def scan_records(path: str, start: int, min_size: int, max_size: int, strict: bo
         (size,) = _SIZE.unpack_from(data, pos)
         if size < min_size or size > max_size or pos + 4 + size > len(data):
             break
-        if strict and not plausible_record(data, pos + 4, pos + 4 + size, start):
+        if strict and not plausible_record(data, pos, pos + 4 + size, start):
             break
         pos += 4 + size
         count += 1
@@ -150,12 +150,11 @@ def scan_records(path: str, start: int, min_size: int, max_size: int, strict: bo
 
 
 def plausible_record(data: bytes, start: int, end: int, base: int) -> bool:
-    """A message record ``data[start:end]`` (timestamp, attempts, 16-byte
-    id, body; ``data`` begins at file offset ``base``) that a torn write did
-    not leave: no run of zeros at its end that begins at or before a
-    512-byte sector boundary (a sector that never reached the disk)."""
-    body = data[start + 26:end]
-    zeros_from = start + 26 + len(body.rstrip(b"\0"))
+    """A record ``data[start:end]`` (``data`` begins at file offset
+    ``base``) that a torn write did not leave: no run of zeros at its end
+    that begins at or before a 512-byte sector boundary (a sector that never
+    reached the disk)."""
+    zeros_from = start + len(data[start:end].rstrip(b"\0"))
     if zeros_from < end:
         boundary = -(-(base + zeros_from) // 512) * 512 - base
         if boundary < end:

@@ -102,6 +102,9 @@ class AppendFile:
         #: last good fsync is lost, and so is anything written after it
         self._file_gen = 0
         self._failed_gen = -1
+        #: a previous file's last writes were never synced (its fsync at a
+        #: roll failed): the next sync fails, so nothing spanning it is acknowledged
+        self._lost = False
 
     def _sync_fd(self) -> int | None:
         """The open fd to fsync, or None."""
@@ -137,6 +140,9 @@ class AppendFile:
             OSError: the fsync failed.
         """
         fd = self._sync_fd()
+        if self._lost:
+            self._lost = False
+            raise OSError(errno.EIO, "the writes before a roll were not synced")
         if fd is not None and self._dirty:
             if self._failed_gen == self._file_gen:
                 raise OSError(errno.EIO, "an earlier fsync of this file failed")
@@ -164,6 +170,7 @@ class AppendFile:
             return None
         self._synced()
         gen = self._file_gen
+        lost, self._lost = self._lost, False
 
         def failed(exc: OSError) -> None:
             self._dirty = True
@@ -171,4 +178,4 @@ class AppendFile:
             self._sync_failed(exc)
             log.error("%s: failed to sync - %s", self.subject, exc)
 
-        return fsync_dup(fd, self.background, failed, lambda: self._failed_gen == gen)
+        return fsync_dup(fd, self.background, failed, lambda: lost or self._failed_gen == gen)

@@ -316,6 +316,7 @@ class TopicLog(AppendFile):
                 os.fsync(self._wfd)
             except OSError as exc:
                 log.error("TOPIC(%s): failed to sync a full segment - %s", self.name, exc)
+                self._lost = True  # what is in it unsynced: the next sync fails
             else:
                 if not self._roll_next and self.head > self.synced:  # not after a failed fsync
                     self.synced = self.head
