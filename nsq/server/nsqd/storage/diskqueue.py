@@ -680,6 +680,8 @@ class DiskQueue(BackendQueue):
             else:
                 self._rsize = old_pos if self._rfd_num == old_num else None
         self._dirty = True
+        lost = lost or self._lost  # an earlier roll's too: kept for the sync that would acknowledge
+        self._lost = False
         try:  # "sync every time we start writing to a new file"
             self.sync()
         except OSError as e:
