@@ -229,6 +229,16 @@ def _diff(a: Any, b: Any) -> str:
 # -- the scenarios ------------------------------------------------------------------
 
 
+async def finish(conn: Conn, n: int) -> list[bytes]:
+    """Read ``n`` messages on ``conn``, FIN each; their bodies."""
+    bodies = []
+    for _ in range(n):
+        m = await conn.read_message()
+        bodies.append(m.body)
+        await conn.send(c.fin(m.id))
+    return bodies
+
+
 async def publish(node: Node) -> None:
     await node.publish("t", b"one")
     await node.snap("PUB, no channel")
@@ -256,9 +266,7 @@ async def consume(node: Node) -> None:
     await node.snap("FIN")
     for i in range(60):
         await node.publish("t", b"m%d" % i)
-    for _ in range(60):
-        m = await conn.read_message()
-        await conn.send(c.fin(m.id))
+    await finish(conn, 60)
     await node.until("t", "ch", in_flight_count=0, message_count=62)
     await node.snap("60 more consumed")
 
@@ -281,9 +289,7 @@ async def dpub_backlog(node: Node) -> None:
     await node.publish("t", b"deferred", defer_ms=3_600_000)
     await node.snap("DPUB behind a backlog past --mem-queue-size")
     conn = await node.consumer("t", "ch", rdy=50)
-    for _ in range(30):
-        m = await conn.read_message()
-        await conn.send(c.fin(m.id))
+    await finish(conn, 30)
     await node.until("t", "ch", in_flight_count=0, depth=0)
     await node.snap("backlog consumed")
 
@@ -329,15 +335,13 @@ async def pause(node: Node) -> None:
     await node.publish("t", b"a", b"b")
     await node.snap("channel paused")
     await node.post("/channel/unpause", topic="t", channel="ch")
-    for _ in range(2):
-        await conn.send(c.fin((await conn.read_message()).id))
+    await finish(conn, 2)
     await node.until("t", "ch", in_flight_count=0, depth=0)
     await node.post("/topic/pause", topic="t")
     await node.publish("t", b"c", b"d", b"e")
     await node.snap("topic paused")
     await node.post("/topic/unpause", topic="t")
-    for _ in range(3):
-        await conn.send(c.fin((await conn.read_message()).id))
+    await finish(conn, 3)
     await node.until("t", "ch", in_flight_count=0, depth=0)
     await node.snap("both unpaused, all consumed")
 
@@ -389,11 +393,7 @@ async def sigterm(node: Node) -> None:
     await node.restart()
     await node.snap("after SIGTERM and a start")
     conn = await node.consumer("t", "ch", rdy=200)
-    seen = set()
-    for _ in range(100):
-        m = await conn.read_message()
-        seen.add(m.body)
-        await conn.send(c.fin(m.id))
+    seen = set(await finish(conn, 100))
     assert seen == {b"m%d" % i for i in range(100)}
     await node.until("t", "ch", in_flight_count=0, depth=0)
     await node.snap("the in-flight ones delivered again")
@@ -408,8 +408,7 @@ async def restart(node: Node) -> None:
     await node.restart()
     await node.snap("after a restart")
     conn = await node.consumer("t", "ch", rdy=100)
-    for _ in range(50):
-        await conn.send(c.fin((await conn.read_message()).id))
+    await finish(conn, 50)
     await node.until("t", "ch", in_flight_count=0, depth=0)
     await node.snap("backlog consumed")
 
