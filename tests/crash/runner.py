@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,27 +69,17 @@ async def run_plan(steps: list[Step], sample: float = 1.0, keep_trees: bool = Fa
 # a topic's held messages deleted on their way to its first channel (65f8b08, "D"); a requeued
 # message's old files deleted before its new copy was durable (b7c2d44, "N"); a topic log wedged
 # by two failed segment opens (cba7de4, "M", I/O-error mode); an interrupted take-over rewriting a
-# cursor (4df2525, "F"); a disk queue's zero-tailed unsynced records taken (65f8b08, 4df2525, "E" in
-# part).
+# cursor (4df2525, "F"); zero-tailed unsynced records taken (65f8b08, 4df2525, 5285017, "E"); an
+# MPUB across a roll whose fsync failed acknowledged (5285017, 2645276, "O"); the exit flush
+# releasing a read whose new copy failed to sync (5285017, "P"), or a read whose message was
+# deferred since while the deferred log's ADD record was unsynced (found in CI under load).
 
-KNOWN: dict[str, tuple[str, str]] = {
-    "E": ("diskqueue", "no checksum: an unsynced record whose tail never reached the disk (zeros, its length kept) "
-                       "is taken at start and delivered damaged; since 4df2525 plausible_record looks for the zero "
-                       "run in the record's body only, so a record that starts a few bytes before a sector boundary, "
-                       "its header's end, id and body zeroed, still passes (a channel's deferred log; a new disk "
-                       "queue's first MPUB could too)"),
-}
+KNOWN: dict[str, tuple[str, str]] = {}
 
 
 def known_finding(rep: FailureReport, recording: Recording | None = None) -> str | None:
     """Which known finding explains ``rep`` (of ``recording``) (None: a new one)."""
-    f = rep.failures[0]
-    sig = rep.signature
-    if rep.engine == "wal":
-        return None
-    if f.kind == "damaged" and re.search(r"zeros|torn", sig):
-        return "E"
-    return None
+    return None  # none stands
 
 
 def summary(results: list[Explored]) -> list[str]:

@@ -3,8 +3,8 @@
 - ``test_crash_states[engine]``: the CI exploration, both engines, at least
   10,000 crash states together in well under 3 minutes on 2 cores; fails on
   a failing state that no known finding (:data:`.runner.KNOWN`) explains.
-- ``test_finding_*``: each finding reproduced by one minimal crash state
-  (xfail while it stands: they pass once it is fixed).
+- ``test_finding_*``: a finding that stands, reproduced by one minimal
+  crash state (xfail until it is fixed; none stands now).
 - ``test_fixed_*``: what the explorer found and is fixed (they failed on the
   code before the fix).
 - ``test_ioerr_*``: the I/O-error mode (SQLite's ioerr.test) on a sample of
@@ -26,7 +26,7 @@ import pytest
 from .check import Expectations, Failure, check_tree, evaluate
 from .explore import point_states
 from .ioerr import NthCall, count_calls, plan, run_one
-from .runner import CI_PLAN, KNOWN, Step, known_finding, run_plan, summary
+from .runner import CI_PLAN, Step, known_finding, run_plan, summary
 from .states import build, variants
 from .vfs import Model, Recorder
 from .workloads import Driver, Recording, Workload, quiet_nsq, record, scratch_dir
@@ -162,7 +162,7 @@ def _texts(fails: list[Failure]) -> str:
     return "; ".join(f.detail for f in fails[:3])
 
 
-# -- findings that stand (xfail until fixed) ------------------------------------------------------------
+# -- fixed findings (each failed before its fix) ---------------------------------------------------------
 
 
 async def test_fixed_a_restart_hands_held_to_every_channel() -> None:
@@ -248,10 +248,13 @@ async def test_fixed_e_unsynced_record_with_zero_tail_not_delivered() -> None:
     assert not fails, _texts(fails)
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason=f"finding E: {KNOWN['E'][1]}")
-async def test_finding_e_unsynced_deferred_record_with_zero_tail_delivered_damaged() -> None:
-    # the second ADD record starts a few bytes before a sector boundary, so the zeroed sector after it takes its
-    # message's header, id and body but no whole sector (what the deep exploration found after 4df2525)
+async def test_fixed_e_unsynced_deferred_record_with_zero_tail_not_delivered() -> None:
+    """Failed before 5285017 (finding E, the rest): the second ADD record of
+    a deferred log starts a few bytes before a sector boundary, so the zeroed
+    sector after it takes its message's header, id and body but no whole
+    sector; plausible_record looked for the zero run in the body only, and
+    the damaged message was delivered (what the deep exploration found
+    after 4df2525)."""
     fails: list[Failure] = []
     for start in (470, 490, 500, 505, 510):
         sizes = iter([start - 54, 60])  # an ADD record: 39 bytes, the body 15 (key, checksum) and the payload
@@ -433,13 +436,12 @@ def _first_data_fsync_fails(state: dict[str, int]) -> Callable[[str, str], int |
     return injector
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError,
-                   reason="finding O (I/O-error mode): an MPUB that spans a roll: the roll's fsync of the full file "
-                          "fails and is only logged (DiskQueue._roll_write_file, TopicLog._roll), and the publish is "
-                          "acknowledged once the new file's fsync succeeds, though the records written before the "
-                          "roll were never synced (their pages may be gone: fsyncgate)")
 @pytest.mark.parametrize("engine", ["diskqueue", "wal"])
-async def test_finding_o_mpub_across_a_roll_whose_fsync_failed_is_acknowledged(engine: str) -> None:
+async def test_fixed_o_mpub_across_a_roll_whose_fsync_failed_is_refused(engine: str) -> None:
+    """Failed before 5285017 and 2645276 (finding O, I/O-error mode): an
+    MPUB that spans a roll whose fsync of the full file failed (only logged)
+    was acknowledged once the new file's fsync succeeded, though the records
+    written before the roll were never synced (fsyncgate)."""
     state = {"left": 0}
 
     async def run(drv: Driver, rec: Recorder) -> None:
@@ -460,12 +462,12 @@ async def test_finding_o_mpub_across_a_roll_whose_fsync_failed_is_acknowledged(e
     assert not fails, _texts(fails)
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError,
-                   reason="finding P (I/O-error mode): a message read from a disk queue and written again at its "
-                          "tail (a REQ, a timeout) whose new copy's fsync failed keeps its held read until the exit "
-                          "flush, and the exit flush's release (close -> release_all) deletes the file it was read "
-                          "from anyway: after a power cut neither copy is there")
-async def test_finding_p_exit_flush_releases_a_read_whose_new_copy_failed_to_sync() -> None:
+async def test_fixed_p_exit_flush_keeps_a_read_whose_new_copy_failed_to_sync() -> None:
+    """Failed before 5285017 (finding P, I/O-error mode): a message read from
+    a disk queue and written again at its tail (a REQ, a timeout) whose new
+    copy's fsync failed kept its held read until the exit flush, whose
+    release deleted the file it was read from anyway: after a power cut
+    neither copy was there."""
     # the I/O-error sweep's run that shows it (seed 1: the 46th/47th fsync is the one of the file a released
     # deferred message was written to again); the order of the disk thread's and the loop's calls varies, so a
     # few tries
@@ -496,6 +498,39 @@ async def test_fixed_in_flight_read_from_disk_survives() -> None:
 
     rec = await scenario("diskqueue", run)
     fails = await crash(rec, at_label("crash"), "synced")
+    assert not fails, _texts(fails)
+
+
+async def test_fixed_exit_flush_syncs_the_deferred_log_before_the_read_position() -> None:
+    """Failed before the fix (found by the CI exploration under load, restart
+    seed 4): a message read from the disk queue and requeued with a delay
+    lives in the deferred log; the exit flush released every held read and
+    the disk queue's close wrote its read position past the message while
+    the deferred log's ADD record was still unsynced (its --sync-every=1
+    fsync waits for the disk thread). A power cut there lost it."""
+    from nsq.server.nsqd.storage.deferredlog import DeferredLog
+
+    async def run(drv: Driver, rec: Recorder) -> None:
+        cons = await drv.consumer("jobs", "w")
+        await drv.pub("jobs", 3)
+        await drv.tick()
+        got = await cons.take(3)
+        assert len(got) == 3
+        background = DeferredLog.sync_in_background
+        DeferredLog.sync_in_background = lambda self: None  # type: ignore[method-assign]  # a busy disk thread
+        try:
+            await cons.req(got[1], 50_000)  # deferred: its only other copy is the held disk-queue read
+            while not any(op[0] == "write" and op[1] in dlogs(rec) for op in rec.ops):
+                await asyncio.sleep(0.005)
+            await drv.restart()
+        finally:
+            DeferredLog.sync_in_background = background  # type: ignore[method-assign]
+
+    def dlogs(rec: Recorder) -> set[Any]:
+        return {op[3] for op in rec.ops if op[0] == "create" and op[2].endswith(".deferred.dat")}
+
+    rec = await scenario("diskqueue", run, sync_timeout=3600)  # no --sync-timeout sync meanwhile either
+    fails = await crash_window(rec, "restart: stop", "restart: start", names=("synced",))
     assert not fails, _texts(fails)
 
 

@@ -207,7 +207,7 @@ class QueueChannelStore:
             stored = self.host.write_at_exit(self.backend, encode_entries(msgs),
                                              f"CHANNEL({channel.topic.name}:{channel.name})")
         if self._disk is not None:
-            if stored == len(msgs):
+            if stored == len(msgs) and self._dlog_durable():
                 # what was read and held is at the tail again, or in the
                 # deferred log, or finished: the read position moves on once
                 # the queue has synced the copies (close), and the released
@@ -215,9 +215,25 @@ class QueueChannelStore:
                 self._disk.release_all_when_synced()
                 self._flushed = list(self._dlog_ids.values())
                 self._dlog_ids.clear()
-            else:  # those not written stay held: a restart reads them again
+            else:  # the rest stay held: a restart reads them again
                 self.finish([e[5] for e in msgs[:stored] if e[5] >= 0])
         return len(msgs)
+
+    def _dlog_durable(self) -> bool:
+        """Sync the deferred log now: a held read of a message deferred
+        since is covered only by its ADD record there, and releasing the
+        reads lets the disk queue persist its read position past it (its
+        --sync-every=1 fsync may still wait in the disk thread). False (and
+        logged) if that sync failed: the reads stay held."""
+        dlog = self._dlog
+        if dlog is None or not dlog.pending:
+            return True
+        try:
+            dlog.sync()
+        except OSError as exc:
+            log.error("%s: failed to sync the deferred log at exit - %s", dlog.subject, exc)
+            return False
+        return True
 
     def close(self) -> None:
         """Close the backend (synced), then take what the exit flush wrote
