@@ -388,6 +388,28 @@ def test_unsynced_writes_survive_a_crash(tmp_path, caplog):
     assert os.path.getsize(data_file(tmp_path, 0)) == 4 * 34
 
 
+def test_unacknowledged_tail_cut_before_a_roll(tmp_path, caplog):
+    """With --sync-every=1 a record past the meta file's write position was
+    never acknowledged (a power cut may also have zeroed its end): it is
+    not taken back, and must not be read either once the writer rolls to a
+    new file before writing over it (the reader reads an old file to its
+    end). Found by tests/crash: a damaged body delivered."""
+    dq = new(tmp_path, max_bytes=200, sync_every=1)
+    dq.put(msg(0))  # synced, meta written
+    os.close(dq._wfd)  # a crash: no close()
+    dq._wfd = None
+    with open(data_file(tmp_path, 0), "ab") as f:
+        f.write(rec(msg(1, 40)[:-20] + bytes(20)))  # written, not synced: its end zeroed by the power cut
+    caplog.set_level(logging.WARNING)
+    dq = new(tmp_path, max_bytes=200, sync_every=1)
+    assert dq.depth == 1
+    dq.put(msg(2, 200))  # past max_bytes: the writer rolls to file 1 before writing over the tail
+    dq.put(msg(3))
+    assert dq.read_many(5) == [msg(0), msg(2, 200), msg(3)]
+    assert "after the meta data's write position" in caplog.text
+    dq.close()
+
+
 def test_empty(tmp_path):
     dq = new(tmp_path, max_bytes=100)
     for i in range(5):

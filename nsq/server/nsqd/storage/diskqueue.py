@@ -83,7 +83,7 @@ from concurrent.futures import Future
 from itertools import chain
 
 from .backend import BackendFull, BackendQueue
-from .diskqueue_meta import format_meta, listdir, parse_meta, scan_data_files, scan_records, write_meta
+from .diskqueue_meta import cut_tail, format_meta, listdir, parse_meta, scan_data_files, scan_records, write_meta
 from .readhold import HeldReads
 from .syncpolicy import after_writes
 
@@ -810,17 +810,19 @@ class DiskQueue(BackendQueue):
         over it. With ``sync_every == 1`` nothing there was acknowledged
         (each publish was answered after its sync): none is taken. The others
         must look whole (:func:`scan_records` ``strict``): a power cut can
-        leave zeros where a record ended."""
-        if self.sync_every == 1:
-            return
-        count, end = scan_records(self._file_name(self.write_file_num), self.write_pos, self.min_msg_size,
-                                  self.max_msg_size, strict=True)
-        if count:
-            logger.warning("DISKQUEUE(%s) %d records after the meta data's write position (%d,%d), "
-                           "written before a crash: kept", self.name, count, self.write_file_num, self.write_pos)
-            self.depth += count
-            self.write_pos = end
-            self._dirty = True
+        leave zeros where a record ended. The rest is cut off (:func:`cut_tail`)."""
+        path = self._file_name(self.write_file_num)
+        if self.sync_every > 1:
+            count, end = scan_records(path, self.write_pos, self.min_msg_size, self.max_msg_size, strict=True)
+            if count:
+                logger.warning("DISKQUEUE(%s) %d records after the meta data's write position (%d,%d), "
+                               "written before a crash: kept", self.name, count, self.write_file_num, self.write_pos)
+                self.depth += count
+                self.write_pos = end
+                self._dirty = True
+        # what is left past it was never acknowledged, or is torn: a roll
+        # before the next write goes over it would leave it for the reader
+        cut_tail(path, self.write_pos, f"DISKQUEUE({self.name})")
 
     def _recover_from_files(self) -> None:
         """Rebuild the state from the data files (:func:`scan_data_files`)."""

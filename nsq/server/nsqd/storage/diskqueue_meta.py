@@ -21,7 +21,8 @@ from collections.abc import Callable
 
 from .atomicfile import NO_SPACE, fsync_dir, replace_atomically, write_all
 
-__all__ = ["format_meta", "parse_meta", "write_meta", "scan_data_files", "scan_records", "listdir", "plausible_record"]
+__all__ = ["format_meta", "parse_meta", "write_meta", "scan_data_files", "scan_records", "listdir", "plausible_record",
+           "cut_tail"]
 
 log = logging.getLogger("nsq.nsqd")
 
@@ -147,6 +148,31 @@ def scan_records(path: str, start: int, min_size: int, max_size: int, strict: bo
         pos += 4 + size
         count += 1
     return count, start + pos
+
+
+def cut_tail(path: str, size: int, subject: str) -> None:
+    """Cut a data file back to ``size`` bytes and fsync it, if it is longer:
+    what a crash left past the meta file's write position and nobody may
+    read. A file that cannot be cut is logged (its next write goes over
+    the tail unless a roll comes first)."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        log.error("%s failed to open %s to cut its tail - %s", subject, path, e)
+        return
+    try:
+        extra = os.fstat(fd).st_size - size
+        if extra > 0:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+            log.warning("%s cut %d bytes after the meta data's write position in %s: never acknowledged",
+                        subject, extra, os.path.basename(path))
+    except OSError as e:
+        log.error("%s failed to cut the tail of %s - %s", subject, path, e)
+    finally:
+        os.close(fd)
 
 
 def plausible_record(data: bytes, start: int, end: int, base: int) -> bool:

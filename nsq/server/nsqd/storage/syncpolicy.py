@@ -105,6 +105,9 @@ class AppendFile:
         #: a previous file's last writes were never synced (its fsync at a
         #: roll failed): the next sync fails, so nothing spanning it is acknowledged
         self._lost = False
+        #: a background fsync was started since the last inline one: it
+        #: may not have finished, so an inline sync must not count on it
+        self._unconfirmed = False
 
     def _sync_fd(self) -> int | None:
         """The open fd to fsync, or None."""
@@ -134,7 +137,8 @@ class AppendFile:
         return self._dirty
 
     def sync(self) -> None:
-        """fsync now.
+        """fsync now: everything written is durable when it returns, also
+        what a background sync still in the disk thread covers.
 
         Raises:
             OSError: the fsync failed.
@@ -143,7 +147,7 @@ class AppendFile:
         if self._lost:
             self._lost = False
             raise OSError(errno.EIO, "the writes before a roll were not synced")
-        if fd is not None and self._dirty:
+        if fd is not None and (self._dirty or self._unconfirmed):
             if self._failed_gen == self._file_gen:
                 raise OSError(errno.EIO, "an earlier fsync of this file failed")
             try:
@@ -152,6 +156,7 @@ class AppendFile:
                 self._failed_gen = self._file_gen
                 self._sync_failed(exc)
                 raise
+        self._unconfirmed = False
         self._synced()
 
     def sync_in_background(self) -> Future[None] | None:
@@ -169,6 +174,7 @@ class AppendFile:
             self.sync()
             return None
         self._synced()
+        self._unconfirmed = True
         gen = self._file_gen
         lost, self._lost = self._lost, False
 
