@@ -35,6 +35,7 @@ __all__ = [
     "E_AUTH_ERROR",
     "E_UNAUTHORIZED",
     "E_TOO_MANY_CHANNEL_CONSUMERS",
+    "E_SUB_FAILED",
 ]
 
 E_INVALID = "E_INVALID"
@@ -56,6 +57,8 @@ E_AUTH_FAILED = "E_AUTH_FAILED"
 E_AUTH_ERROR = "E_AUTH_ERROR"
 E_UNAUTHORIZED = "E_UNAUTHORIZED"
 E_TOO_MANY_CHANNEL_CONSUMERS = "E_TOO_MANY_CHANNEL_CONSUMERS"
+#: beyond Go: a SUB to an nsqd that is a replica (docs/operations/replication.md)
+E_SUB_FAILED = "E_SUB_FAILED"
 
 #: error codes after which nsqd keeps the connection open
 NON_FATAL_CODES = frozenset({E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED})

@@ -26,6 +26,7 @@ from .helpers import HTTP, Conn
 #: fields only the topic log has (docs/reference/http.md): added to its
 #: /stats, never in place of one both engines have
 ENGINE_ONLY = {
+    "top": {"replication"},  # a topic log can be replicated (docs/operations/replication.md)
     "topic": {"head_offset", "synced_offset", "first_offset", "retained_bytes", "oldest_timestamp", "retention_time",
               "retention_bytes"},
     "channel": {"offset", "committed_offset"},
@@ -48,7 +49,7 @@ COMPARED: dict[str, int] = {}
 
 def normalize(stats: dict[str, Any]) -> dict[str, Any]:
     """``stats`` without :data:`ENGINE_ONLY` and :data:`VOLATILE` fields."""
-    out = {k: v for k, v in stats.items() if k not in VOLATILE["top"]}
+    out = {k: v for k, v in stats.items() if k not in VOLATILE["top"] and k not in ENGINE_ONLY["top"]}
     out["producers"] = [_client(p) for p in stats.get("producers") or []]
     topics = []
     for t in stats.get("topics") or []:

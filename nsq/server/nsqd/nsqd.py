@@ -23,12 +23,13 @@ from nsq._internal.neterrors import listen_errors
 from nsq.server.nsqd.storage.backend import BackendQueue
 from nsq.server.nsqd.storage.datapath import DataPath
 from nsq.server.nsqd.drain import DrainController
-from nsq.server.nsqd.delivery.logstore import LogTopicStore
+from nsq.server.nsqd.delivery.replicastore import log_store
 from nsq.server.nsqd.delivery.queuestore import QueueTopicStore
 from nsq.server.nsqd.delivery.deadletter import ChannelSettings
 from nsq.server.nsqd.lookup import Lookupds
 from nsq.server.nsqd.metadata import MetadataStore
 from nsq.server.nsqd.options import ConfigError, NSQDOptions, validate
+from nsq.server.nsqd.replication import Replication
 from nsq.server.nsqd.tcp.output import Output
 from nsq.server.nsqd.delivery.topic import Topic
 from nsq.server.spin import Spinner
@@ -117,6 +118,10 @@ class NSQD:
         self.settings = ChannelSettings(self.data_path)
         #: connections to the nsqlookupds (--lookupd-tcp-address)
         self.lookupds = Lookupds(self)
+        #: the leader's HTTP address while a replica ("": a leader)
+        self.replica_of = self.options.replica_of
+        #: role, epoch, replicas (nsq/server/nsqd/replication)
+        self.replication = Replication(self)
         self._auth_session: aiohttp.ClientSession | None = None
         self._background: set[asyncio.Task[None]] = set()
         #: the --statsd-address push (None when off)
@@ -171,12 +176,15 @@ class NSQD:
         reserve = os.path.join(self.data_path, self.disk.RESERVE_FILE) if self.data_path else ""
         made_reserve = bool(reserve) and not os.path.exists(reserve)
         http = self._http = NSQDHTTPServer(self)
+        self.replication.add_routes(http.app)
         try:
             self.http_host, self.http_port = await http.bind(self.options.http_address)
+            self._not_own_replica()
             if self.tls_context is not None and self.options.https_address:
                 self.https_host, self.https_port = await http.bind(self.options.https_address, self.tls_context)
             if self.data_path:
                 self.disk.open()
+                self.replication.load()
                 self.metadata.load()
                 self.metadata.loaded = True
         except BaseException:
@@ -199,8 +207,9 @@ class NSQD:
         if not self.options.broadcast_http_port:
             self.options.broadcast_http_port = self.http_port
         self._scan_task = self._loop.create_task(self._scan_loop())
-        if self.options.nsqlookupd_tcp_addresses:
+        if self.options.nsqlookupd_tcp_addresses and not self.replica_of:  # a replica registers once promoted
             self.lookupds.set_addresses(self.options.nsqlookupd_tcp_addresses)
+        self.replication.start()
         from nsq.server.nsqd.stats.statsd import StatsdPusher, resolve_prefix
 
         # as Go's New(): the prefix's %s becomes this nsqd's host key
@@ -209,6 +218,22 @@ class NSQD:
         if self.options.statsd_address:
             self.statsd = StatsdPusher(self)
             self.statsd.start()
+
+    def replication_status(self) -> dict[str, Any] | None:
+        """:meth:`Replication.status` (``/stats``' ``replication``)."""
+        return self.replication.status()
+
+    def _not_own_replica(self) -> None:
+        """Refuse ``--replica-of`` naming this nsqd's own HTTP address.
+
+        Raises:
+            ConfigError: it does.
+        """
+        if self.replica_of:
+            host, port = split_host_port(self.replica_of)
+            if port == self.http_port and host in ("", self.http_host, "localhost", "127.0.0.1", "0.0.0.0",
+                                                  self.options.broadcast_address):
+                raise ConfigError(f"--replica-of={self.replica_of} is this nsqd itself")
 
     def auth_session(self) -> aiohttp.ClientSession:
         """The aiohttp session AUTH queries use (``--http-client-*-timeout``)."""
@@ -249,6 +274,7 @@ class NSQD:
             return
         self.exiting = True
         log.info("NSQ: closing")
+        await self.replication.stop()
         await self.lookupds.close()
         if self.statsd is not None:
             await self.statsd.stop()
@@ -321,8 +347,10 @@ class NSQD:
             # the storage engine is chosen here, once: the topic's store
             # makes its channels' (nsq/server/nsqd/delivery/stores.py)
             topic_log = self.disk.make_topic_log(name, ephemeral)
-            store: TopicStore = (LogTopicStore(self, name, topic_log) if topic_log is not None
+            store: TopicStore = (log_store(self, name, topic_log) if topic_log is not None
                                  else QueueTopicStore(self, self.make_backend(name, ephemeral)))
+            if topic_log is not None:
+                self.replication.attach(topic_log)
             topic = Topic(self, name, store)
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)

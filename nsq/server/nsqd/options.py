@@ -57,6 +57,12 @@ class NSQDOptions:
     # after they were published (s) / up to this many bytes per topic (0: off)
     retention_time: float = 0.0
     retention_bytes: int = 0
+    # beyond Go, --storage=wal only (docs/operations/replication.md): follow
+    # the leader at this HTTP address ("": a leader); a leader answers a
+    # publish only once this many replicas wrote it, within replica_timeout (s)
+    replica_of: str = ""
+    replica_acks: int = 0
+    replica_timeout: float = 5.0
     # messages
     msg_timeout: float = 60.0
     max_msg_timeout: float = 900.0
@@ -148,6 +154,15 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     OptionSpec("retention-bytes", "retention_bytes", "int",
                "with --storage=wal: keep up to this many bytes of finished messages per topic, for replay "
                "(default 0: no size cap; with --retention-time too, a segment goes when either says so)"),
+    OptionSpec("replica-of", "replica_of", "str",
+               "with --storage=wal: be a replica of the nsqd at this HTTP address (host:port): copy its durable "
+               "topics' logs, channels and positions, refuse publishes and subscriptions until "
+               "POST /replica/promote (docs/operations/replication.md)"),
+    OptionSpec("replica-acks", "replica_acks", "int",
+               "on a leader: answer a PUB, MPUB or DPUB only once this many replicas have written it (default 0: "
+               "replicas follow asynchronously); fewer within --replica-timeout fails the publish"),
+    OptionSpec("replica-timeout", "replica_timeout", "duration",
+               "how long a publish waits for --replica-acks replicas before it fails (E_PUB_FAILED, HTTP 503)"),
     OptionSpec("max-bytes-per-file", "max_bytes_per_file", "int",
                "number of bytes per diskqueue file before rolling"),
     OptionSpec("spin-before-sleep", "spin_before_sleep", "duration",
@@ -264,6 +279,14 @@ def validate(opts: NSQDOptions) -> None:
         raise ConfigError(f"--storage must be one of {', '.join(STORAGE_ENGINES)}, got {opts.storage!r}")
     if opts.retention_time < 0 or opts.retention_bytes < 0:
         raise ConfigError("--retention-time and --retention-bytes must not be negative")
+    if opts.replica_of and opts.storage != "wal":
+        raise ConfigError("--replica-of needs --storage=wal (a replica copies topic logs)")
+    if opts.replica_acks < 0:
+        raise ConfigError(f"--replica-acks must not be negative, got {opts.replica_acks}")
+    if opts.replica_acks and opts.storage != "wal":
+        raise ConfigError("--replica-acks needs --storage=wal (replicas copy topic logs)")
+    if not opts.replica_timeout > 0:
+        raise ConfigError("--replica-timeout must be positive")
     if not 0 <= opts.spin_before_sleep <= 1:
         raise ConfigError(f"--spin-before-sleep must be in [0s, 1s], got {opts.spin_before_sleep}s")
     if opts.max_attempts < 0 or opts.max_attempts > 65535:

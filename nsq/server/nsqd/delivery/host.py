@@ -49,6 +49,8 @@ class QueueHost(Protocol):
     options: NSQDOptions
     #: True while draining: no new deliveries, publishes refused
     draining: bool
+    #: the leader's HTTP address while this nsqd is a replica ("": a leader)
+    replica_of: str
 
     def make_backend(self, name: str, ephemeral: bool) -> BackendQueue:
         """The overflow backend of ``topic`` or ``topic:channel``."""
@@ -207,3 +209,6 @@ class DaemonHost(QueueHost, Protocol):
 
     def hostname(self) -> str:
         """The OS hostname."""
+
+    def replication_status(self) -> dict[str, Any] | None:
+        """Role, epoch, leader or replicas and lag (None without a topic log)."""

@@ -36,6 +36,7 @@ from nsq.server.nsqd.options import SPEC_BY_CFG, describe
 from nsq.server.nsqd.stats.collect import collect_stats
 from nsq.server.nsqd.stats.text import render_text
 from nsq.server.nsqd.delivery.topic import TopicFull
+from nsq.server.nsqd.storage.backend import NotReplicated
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.delivery.channel import Channel
@@ -200,6 +201,8 @@ class NSQDHTTPServer:
         if barrier is not None:
             try:
                 await barrier
+            except NotReplicated as exc:
+                raise HTTPError(503, f"PUB_FAILED: {exc}") from None
             except OSError:
                 raise HTTPError(500, "INTERNAL_ERROR") from None
 

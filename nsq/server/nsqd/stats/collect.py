@@ -317,6 +317,9 @@ class NSQDStats:
             left out of the JSON then.
         producers: connections that published (to the filtered topic, if
             any); None when there are none (Go's null).
+        replication: beyond Go, with ``--storage=wal``: the node's role,
+            epoch, leader or replicas and their lag
+            (docs/operations/replication.md); None (left out) otherwise.
     """
 
     version: str
@@ -325,6 +328,7 @@ class NSQDStats:
     topics: list[TopicStats] | None
     memory: MemoryStats | None
     producers: list[ClientStats] | None
+    replication: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``/stats?format=json`` object, ``{version, health,
@@ -340,6 +344,8 @@ class NSQDStats:
             out["memory"] = self.memory.to_json()
         producers = self.producers
         out["producers"] = None if producers is None else [p.to_json() for p in producers]
+        if self.replication is not None:
+            out["replication"] = self.replication
         return out
 
 
@@ -508,6 +514,7 @@ def collect_stats(
         topics=None if topic and topic not in nsqd.topics else topics,
         memory=memory_stats() if include_mem else None,
         producers=producers or None,
+        replication=nsqd.replication_status(),
     )
 
 

@@ -19,11 +19,18 @@ from collections.abc import Callable
 
 from nsq.protocol.errors import NSQError
 
-__all__ = ["BackendQueue", "BackendFull", "BadRecord", "DiscardBackend", "NoDiskBackend"]
+__all__ = ["BackendQueue", "BackendFull", "BadRecord", "DiscardBackend", "NoDiskBackend", "NotReplicated"]
 
 log = logging.getLogger("nsq.nsqd")
 #: a monotonic time long before any (the first drop is reported at once)
 REPORT_NEVER = 1e9
+
+
+class NotReplicated(NSQError):
+    """Fewer than ``--replica-acks`` replicas wrote a publish within
+    ``--replica-timeout``: it is not acknowledged (E_PUB_FAILED, HTTP 503),
+    though it is in the leader's log and may be delivered
+    (docs/operations/replication.md)."""
 
 
 class BackendFull(NSQError):

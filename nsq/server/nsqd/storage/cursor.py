@@ -407,6 +407,20 @@ class ChannelCursor(BackendQueue):
             self.next = offset
         self._refresh()
 
+    def adopt(self, low: int, ranges: list[list[int]]) -> None:
+        """Take the leader's checkpoint (a replica's copy of the channel):
+        below ``low`` and in ``ranges`` everything is finished, and the
+        channel reads from ``low`` once it delivers (after a promotion)."""
+        fin = self.finished
+        if fin.low == low and fin.ranges() == ranges and not self.fins:
+            return
+        self.fins.clear()
+        self.finished = RangeSet(low, ranges)
+        self.next = low
+        self.held.clear()
+        self._saved = None  # written by the next checkpoint scan
+        self._refresh()
+
     def skip_to(self, offset: int) -> None:
         """Everything before ``offset`` is finished (the channel was emptied)."""
         self.fins.clear()

@@ -164,7 +164,12 @@ class DataPath:
         opts = self.options
         from nsq.server.nsqd.storage.walmigrate import take_over
 
-        tlog = TopicLog(name, self.wal_dir(name), opts.max_bytes_per_file, opts.sync_every)
+        if opts.replica_of:  # a replica's copy (nsq/server/nsqd/storage/replicalog.py)
+            from nsq.server.nsqd.storage.replicalog import ReplicaLog
+
+            tlog: TopicLog = ReplicaLog(name, self.wal_dir(name), opts.max_bytes_per_file, opts.sync_every)
+        else:
+            tlog = TopicLog(name, self.wal_dir(name), opts.max_bytes_per_file, opts.sync_every)
         take_over(name, self.path, tlog, opts)  # messages queued in the disk-queue format, if any
         if self._thread is not None:
             tlog.background = self._thread.submit
@@ -214,6 +219,11 @@ class DataPath:
         return dlog
 
     # -- --sync-every=1: durable before OK, fsync off the event loop -------------
+
+    def owe(self, queue: Synced) -> None:
+        """``queue`` must be synced (or, for a leader's replication, copied)
+        before the next publish is answered (:meth:`durability_barrier`)."""
+        self._strict_write(queue)
 
     def _strict_write(self, queue: Synced) -> None:
         """A queue wrote under --sync-every=1 and must be synced before OK."""

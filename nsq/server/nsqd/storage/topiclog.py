@@ -49,7 +49,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
@@ -97,6 +97,8 @@ class TopicLog(AppendFile):
         self._closed = False
         self._wfd: int | None = None
         self._roll_next = False  # an fsync failed: the next append starts a new segment
+        #: called after each append (a leader's replication: wake the senders)
+        self.on_append: Callable[[TopicLog], None] | None = None
         #: directories whose new entries (the log's directory, a segment)
         #: are not known to be durable yet: synced before the next append
         self._unsynced_dirs: list[str] = []
@@ -191,9 +193,9 @@ class TopicLog(AppendFile):
             return self._append_split(data)
         return self._append(data, count)
 
-    def _append(self, data: bytes, count: int) -> int:
+    def _append(self, data: bytes, count: int, roll: bool = True) -> int:
         active = self._segments[-1]
-        if self._roll_next or self._wfd is None or (active.size >= self.max_bytes_per_file and active.count):
+        if self._roll_next or self._wfd is None or (roll and active.size >= self.max_bytes_per_file and active.count):
             self._roll()
             active = self._segments[-1]
         if not active.count:
@@ -222,6 +224,8 @@ class TopicLog(AppendFile):
             self._wrote(count)
         except OSError as exc:  # written; the next sync retries
             log.error("TOPIC(%s): failed to sync the log - %s", self.name, exc)
+        if self.on_append is not None:
+            self.on_append(self)
         return base
 
     def _append_split(self, data: bytes) -> int:
@@ -459,6 +463,33 @@ class TopicLog(AppendFile):
             offset += 1
             rel = stop
         return out, offset
+
+    def read_raw(self, offset: int, max_bytes: int = CHUNK) -> tuple[bytes, int, int]:
+        """The framed records from ``offset`` as they are on disk, whole ones
+        only, within one segment and about ``max_bytes`` (at least one):
+        ``(data, count, the segment's first offset)``; ``(b"", 0, base)`` at
+        the head (a replica copies these: docs/operations/replication.md).
+        An offset below :attr:`first` reads from :attr:`first`."""
+        offset = max(offset, self.first)
+        i = self._segment_for(offset)
+        seg = self._segments[i]
+        if offset >= self.head:
+            return b"", 0, seg.base
+        seg_end = self._bases[i + 1] if i + 1 < len(self._bases) else self.head
+        pos = self._position(seg, offset)
+        buf = os.pread(seg.read_fd(), max(0, min(max_bytes, seg.size - pos)), pos)
+        rel = count = 0
+        while offset + count < seg_end and rel + 8 <= len(buf):
+            stop = rel + 8 + FRAME.unpack_from(buf, rel)[0]
+            if stop > len(buf):
+                if count or stop > seg.size - pos:
+                    break
+                buf = os.pread(seg.read_fd(), stop, pos)  # one record bigger than max_bytes
+                if len(buf) < stop:
+                    break
+            rel = stop
+            count += 1
+        return buf[:rel], count, seg.base
 
     # -- deleting ------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from nsq.protocol.errors import (
 )
 from nsq.protocol.message import MSG_FRAME_HDR as _MSG_FRAME_HDR
 from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, HEARTBEAT, OK, encode_frame
+from nsq.server.nsqd.storage.backend import NotReplicated
 from nsq.server.nsqd.tcp.commands import HANDLERS
 from nsq.server.nsqd.tcp.features import Features, Suspend
 from nsq.server.nsqd.tcp.identify import Negotiated, initial
@@ -364,6 +365,10 @@ class ClientV2(asyncio.Protocol):
         if self.closed:
             return
         exc = barrier.exception() if not barrier.cancelled() else None
+        if isinstance(exc, NotReplicated):  # --replica-acks: not on enough replicas
+            self.out = bytearray()
+            self.client_error(ClientError(E_PUB_FAILED, f"PUB failed {exc}"))
+            return
         if exc is not None:
             # the write is not known to be on disk: do not answer OK
             self.nsqd.set_health(f"failed to sync - {exc}")

@@ -24,6 +24,7 @@ from nsq.protocol.errors import (
     E_MPUB_FAILED,
     E_PUB_FAILED,
     E_REQ_FAILED,
+    E_SUB_FAILED,
     E_TOO_MANY_CHANNEL_CONSUMERS,
     E_TOUCH_FAILED,
     ClientError,
@@ -31,7 +32,8 @@ from nsq.protocol.errors import (
 from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_RESPONSE, OK, encode_frame
 from nsq.server.nsqd.delivery.channel import ChannelError
 from nsq.server.nsqd.tcp.identify import negotiate
-from nsq.server.nsqd.delivery.topic import TopicFull
+from nsq.server.nsqd.delivery.replicastore import refusal
+from nsq.server.nsqd.delivery.topic import Topic, TopicFull
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.tcp.client_v2 import ClientV2
@@ -74,6 +76,8 @@ def sub(client: ClientV2, cmd: tuple[int, str, str]) -> None:
     _, topic_name, channel_name = cmd
     if client.auth_enabled:
         client.features.check_auth(client, "SUB", topic_name, channel_name)
+    if client.nsqd.replica_of:
+        raise ClientError(E_SUB_FAILED, f"SUB failed {refusal(client.nsqd.replica_of)}")
     topic = client.nsqd.get_topic(topic_name)
     channel = topic.get_channel(channel_name)
     if not channel.add_client(client):
@@ -84,6 +88,13 @@ def sub(client: ClientV2, cmd: tuple[int, str, str]) -> None:
         )
     client.channel = channel
     client.out += _OK_FRAME
+
+
+def _new_topic(client: ClientV2, name: str, code: str, verb: str) -> Topic:
+    """The topic a publish creates (a replica refuses it: the leader creates topics)."""
+    if client.nsqd.replica_of:
+        raise ClientError(code, f"{verb} failed {refusal(client.nsqd.replica_of)}")
+    return client.nsqd.get_topic(name)
 
 
 def _published(client: ClientV2, topic_name: str, n: int) -> None:
@@ -104,7 +115,7 @@ def pub(client: ClientV2, cmd: tuple[int, str, bytes]) -> None:
     _, name, body = cmd
     if client.auth_enabled:
         client.features.check_auth(client, "PUB", name, "")
-    topic = client.topics.get(name) or client.nsqd.get_topic(name)
+    topic = client.topics.get(name) or _new_topic(client, name, E_PUB_FAILED, "PUB")
     try:
         topic.publish_one(body)
     except TopicFull as exc:
@@ -123,7 +134,7 @@ def mpub(client: ClientV2, cmd: tuple[int, str, list[bytes]]) -> None:
     _, name, bodies = cmd
     if client.auth_enabled:
         client.features.check_auth(client, "MPUB", name, "")
-    topic = client.topics.get(name) or client.nsqd.get_topic(name)
+    topic = client.topics.get(name) or _new_topic(client, name, E_MPUB_FAILED, "MPUB")
     n = len(bodies)
     try:
         if n == 1:  # an MPUB of one: a producer waiting for each OK
@@ -147,7 +158,7 @@ def dpub(client: ClientV2, cmd: tuple[int, str, int, bytes]) -> None:
     if client.auth_enabled:
         client.features.check_auth(client, "DPUB", topic, "")
     try:
-        client.nsqd.get_topic(topic).publish_one(body, defer_ms)
+        (client.topics.get(topic) or _new_topic(client, topic, E_DPUB_FAILED, "DPUB")).publish_one(body, defer_ms)
     except TopicFull as exc:
         raise ClientError(E_DPUB_FAILED, f"DPUB failed {exc}") from None
     _published(client, topic, 1)

@@ -1,0 +1,257 @@
+"""The replica's side of replication (docs/operations/replication.md).
+
+:class:`Follower` keeps a WebSocket to the leader's ``GET /replica/stream``
+open (reconnecting with a backoff after any failure), says hello with this
+node's epoch and, per topic, its head and epoch history, cuts what the
+leader says diverged, then writes every page of records it is sent into
+the topic's copy (:meth:`ReplicaTopicStore.copy`, checked record by record
+first) and acknowledges its head: after the fsync with ``--sync-every=1``,
+after the write otherwise (the replica's own sync policy). State messages
+create and delete topics and channels, and copy pause, retention, epoch
+history and each channel's checkpoint. Garbage, a truncated page or a
+leader that goes away mid-page cost a log line and a reconnect, never a
+corrupt log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
+from nsq.server.nsqd.replication.wire import WireError, decode_records
+from nsq.server.nsqd.storage.backend import BackendFull
+from nsq.server.nsqd.storage.replicalog import ReplicaLog, check_records
+
+if TYPE_CHECKING:
+    from nsq.server.nsqd.delivery.replicastore import ReplicaTopicStore
+    from nsq.server.nsqd.replication.host import ReplicationHost
+    from nsq.server.nsqd.replication.node import Replication
+
+__all__ = ["Follower"]
+
+log = logging.getLogger("nsq.nsqd")
+
+
+class ReplicationError(Exception):
+    """The leader sent something this copy cannot take (reconnect)."""
+
+
+class Follower:
+    """Copies the leader at ``leader`` (``host:port``, HTTP)."""
+
+    def __init__(self, nsqd: ReplicationHost, repl: Replication, leader: str) -> None:
+        self.nsqd = nsqd
+        self.repl = repl
+        self.leader = leader
+        self.connected = False
+        self.leader_epoch = 0
+        #: per topic, the leader's head in its last state message
+        self.leader_heads: dict[str, int] = {}
+        #: when this copy last matched the leader's head (monotonic s)
+        self.caught_up_at = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        self.connected = False
+
+    def lag_messages(self) -> int:
+        """Messages the leader had at its last state message that this copy has not."""
+        lag = 0
+        for name, head in self.leader_heads.items():
+            copy = self._copy(name)
+            lag += max(0, head - (copy.head if copy is not None else 0))
+        return lag
+
+    def _copy(self, name: str) -> ReplicaLog | None:
+        """The topic's copy of the leader's log, if the topic exists."""
+        topic = self.nsqd.topics.get(name)
+        tlog = getattr(topic.store, "log", None) if topic is not None else None
+        return tlog if isinstance(tlog, ReplicaLog) else None
+
+    def lag_seconds(self) -> float:
+        """Seconds since this copy last matched the leader (0 while it does)."""
+        return 0.0 if not self.lag_messages() else time.monotonic() - self.caught_up_at
+
+    # -- the connection ----------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        url = f"http://{self.leader}/replica/stream"
+        self._session = aiohttp.ClientSession()
+        while True:
+            try:
+                async with self._session.ws_connect(url, max_msg_size=0, heartbeat=10.0,
+                                                    timeout=aiohttp.ClientWSTimeout(ws_close=2.0)) as ws:
+                    await self._follow(ws)
+                    backoff = 0.1
+            except asyncio.CancelledError:
+                raise
+            except aiohttp.WSServerHandshakeError as exc:
+                why = ("it does not replicate: the leader needs --storage=wal" if exc.status == 404
+                       else f"HTTP {exc.status} {exc.message}")
+                log.error("REPLICA: cannot follow %s - %s; again in %.1fs", self.leader, why, backoff)
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ReplicationError, WireError,
+                    ValueError) as exc:
+                log.error("REPLICA: following %s - %s; again in %.1fs", self.leader, exc, backoff)
+            except Exception:
+                log.exception("REPLICA: following %s failed; again in %.1fs", self.leader, backoff)
+            self.connected = False
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    def _hello(self) -> dict[str, Any]:
+        topics = {}
+        for name, topic in self.nsqd.topics.items():
+            tlog = getattr(topic.store, "log", None)
+            if tlog is not None and not topic.ephemeral:
+                topics[name] = {"head": tlog.head, "epochs": self.repl.epochs_of(tlog)}
+        return {"type": "hello", "epoch": self.repl.epoch, "cluster": self.repl.cluster,
+                "node_id": self.nsqd.options.node_id,
+                "address": self.repl.address(), "topics": topics}
+
+    async def _follow(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        await ws.send_json(self._hello())
+        reply = await ws.receive(timeout=10)
+        if reply.type != aiohttp.WSMsgType.TEXT:
+            raise ReplicationError(f"no hello from the leader ({reply.type.name})")
+        hello = json.loads(reply.data)
+        if hello.get("type") == "refused":
+            raise ReplicationError(f"refused: {hello.get('message')}")
+        epoch = int(hello.get("epoch", 0))
+        why = self.repl.join(str(hello.get("cluster", "")))
+        if why:
+            raise ReplicationError(why)
+        if epoch < self.repl.epoch:
+            raise ReplicationError(f"the leader's epoch {epoch} is older than this node's {self.repl.epoch}")
+        self.leader_epoch = epoch
+        for name, offset in (hello.get("cut") or {}).items():
+            copy = self._copy(name)
+            if copy is not None:
+                copy.truncate_to(int(offset))
+        self.connected = True
+        log.info("REPLICA: following %s (epoch %d)", self.leader, epoch)
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                name, head = self._records(msg.data)
+                await self._ack(ws, name, head)
+            elif msg.type == aiohttp.WSMsgType.TEXT:
+                self._state(json.loads(msg.data))
+            elif msg.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSE):
+                raise ReplicationError(f"the leader closed the stream ({msg.type.name})")
+
+    # -- records -----------------------------------------------------------------------
+
+    def _topic(self, name: str) -> Any:
+        topic = self.nsqd.topics.get(name)
+        if topic is None:
+            if not is_valid_topic_name(name) or name.endswith("#ephemeral"):
+                raise ReplicationError(f"records of an invalid topic {name!r}")
+            self.repl.applying = True
+            try:
+                topic = self.nsqd.get_topic(name)
+            finally:
+                self.repl.applying = False
+        return topic
+
+    def _records(self, frame: bytes) -> tuple[str, int]:
+        name, first, base, count, data = decode_records(frame)
+        if not count or not check_records(data, count):
+            raise ReplicationError(f"TOPIC({name}): a damaged page of {count} records from offset {first}")
+        topic = self._topic(name)
+        store: ReplicaTopicStore = topic.store
+        try:
+            store.copy(topic, first, base, count, data)
+        except BackendFull as exc:
+            raise ReplicationError(f"TOPIC({name}): failed to write the copy - {exc}") from None
+        head = store.log.head
+        if head >= self.leader_heads.get(name, 0):
+            self.leader_heads[name] = head
+            if not self.lag_messages():
+                self.caught_up_at = time.monotonic()
+        return name, head
+
+    async def _ack(self, ws: aiohttp.ClientWebSocketResponse, name: str, head: int) -> None:
+        tlog = self._copy(name)
+        if tlog is not None and tlog.sync_every == 1:
+            fut = tlog.sync_in_background()
+            if fut is not None:
+                await asyncio.wrap_future(fut)
+        await ws.send_str(json.dumps({"type": "ack", "topics": {name: head}}))
+
+    # -- state -------------------------------------------------------------------------
+
+    def _state(self, state: dict[str, Any]) -> None:
+        if state.get("type") != "state":
+            return
+        nsqd = self.nsqd
+        topics: dict[str, Any] = state.get("topics") or {}
+        self.repl.applying = True
+        try:
+            for name in state.get("deleted_topics") or []:
+                if nsqd.topics.get(name) is not None:
+                    log.info("REPLICA: topic %s deleted on the leader", name)
+                    nsqd.delete_topic(name)
+            gone = state.get("deleted_channels") or {}
+            for name, cnames in gone.items():
+                topic = nsqd.topics.get(name)
+                if topic is not None:
+                    for cname in cnames:
+                        topic.delete_channel(cname)
+            for name, info in topics.items():
+                if not is_valid_topic_name(name) or name.endswith("#ephemeral"):
+                    continue
+                self._apply_topic(name, info)
+        finally:
+            self.repl.applying = False
+        self.leader_heads = {n: int(t.get("head", 0)) for n, t in topics.items()}
+        if not self.lag_messages():
+            self.caught_up_at = time.monotonic()
+
+    def _apply_topic(self, name: str, info: dict[str, Any]) -> None:
+        topic = self._topic(name)
+        store: ReplicaTopicStore = topic.store
+        channels: dict[str, Any] = info.get("channels") or {}
+        for cname, cinfo in channels.items():
+            if not is_valid_channel_name(cname) or cname.endswith("#ephemeral"):
+                continue
+            channel = topic.get_channel(cname)
+            if bool(cinfo.get("paused")) != channel.paused:
+                channel.pause() if cinfo.get("paused") else channel.unpause()
+            cursor = channel.store.cursor
+            if cursor is not None:
+                cursor.adopt(int(cinfo.get("low", 0)), [[int(s), int(e)] for s, e in cinfo.get("finished", [])])
+        if bool(info.get("paused")) != topic.paused:
+            topic.pause() if info.get("paused") else topic.unpause()
+        retention = info.get("retention")
+        if retention and (store.retention_time, store.retention_bytes) != (float(retention[0]), int(retention[1])):
+            try:
+                store.set_retention(topic, float(retention[0]), int(retention[1]))
+            except OSError as exc:
+                log.error("TOPIC(%s): failed to copy its retention - %s", name, exc)
+        epochs = info.get("epochs")
+        if isinstance(epochs, list):
+            try:
+                self.repl.set_epochs(store.log, [[int(e), int(o)] for e, o in epochs])
+            except OSError as exc:
+                log.error("TOPIC(%s): failed to copy its epochs - %s", name, exc)
+        store.follow(topic, int(info.get("visible", 0)), int(info.get("first", 0)))

@@ -1,0 +1,279 @@
+"""The leader's side of replication: one session per replica (docs/operations/replication.md).
+
+A replica connects to ``GET /replica/stream`` (a WebSocket) and says hello
+with its epoch and, per topic, its head and epoch history. The leader
+answers with its state, tells the replica where to cut a log that
+diverged (the end of the replica's last epoch in the leader's history:
+Kafka's leader-epoch truncation, KIP-101), then sends, per durable topic,
+the records from the replica's head on as its log holds them, waking up on
+each append, and its state again every ``--sync-timeout`` (topics,
+channels, pause, retention, each channel's checkpoint). The replica
+answers each page with an ack of its head; :class:`Acks` turns those into
+the futures a publish with ``--replica-acks`` waits for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import WSMsgType, web
+
+from nsq.server.nsqd.replication.wire import encode_records
+from nsq.server.nsqd.storage.backend import NotReplicated
+
+if TYPE_CHECKING:
+    from nsq.server.nsqd.replication.host import ReplicationHost
+    from nsq.server.nsqd.replication.node import Replication
+    from nsq.server.nsqd.storage.topiclog import TopicLog
+
+__all__ = ["Session", "Acks", "stream_handler", "leader_state", "divergence"]
+
+log = logging.getLogger("nsq.nsqd")
+
+#: bytes of records per frame (at least one record)
+PAGE = 1 << 20
+
+
+class Session:
+    """One connected replica.
+
+    Attributes:
+        address: where it says it serves HTTP (``host:port``).
+        acked: per topic, the head it confirmed (records below it written).
+        acked_at: per topic, when (monotonic s) it last caught up with the
+            leader's head then (its lag in seconds is measured from there).
+        sent: per topic, the offset the next page starts at.
+        wake: set on each append.
+    """
+
+    def __init__(self, address: str, node_id: int) -> None:
+        self.address = address
+        self.node_id = node_id
+        self.acked: dict[str, int] = {}
+        self.acked_at: dict[str, float] = {}
+        self.sent: dict[str, int] = {}
+        self.wake = asyncio.Event()
+        self.connected_at = time.time()
+
+
+class Acks:
+    """The publishes waiting for ``--replica-acks`` replicas.
+
+    :meth:`owe` notes each append of a topic log; :meth:`barrier` makes the
+    future the next publish answer waits for (all owed heads acknowledged by
+    ``n`` replicas, or :class:`NotReplicated` after ``timeout`` s).
+    """
+
+    def __init__(self, n: int, timeout: float) -> None:
+        self.n = n
+        self.timeout = timeout
+        self.sessions: list[Session] = []
+        self._owed: dict[str, int] = {}
+        self._waiters: list[tuple[dict[str, int], asyncio.Future[None], asyncio.TimerHandle]] = []
+
+    def owe(self, topic: str, head: int) -> None:
+        self._owed[topic] = head
+
+    def barrier(self) -> asyncio.Future[None] | None:
+        """The future for what is owed (None: nothing)."""
+        if not self._owed:
+            return None
+        need, self._owed = self._owed, {}
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        if self._count(need) >= self.n:
+            fut.set_result(None)
+            return fut
+        handle = loop.call_later(self.timeout, self._expire, fut)
+        self._waiters.append((need, fut, handle))
+        return fut
+
+    def _count(self, need: dict[str, int]) -> int:
+        return sum(1 for s in self.sessions if all(s.acked.get(t, -1) >= h for t, h in need.items()))
+
+    def _expire(self, fut: asyncio.Future[None]) -> None:
+        self._waiters = [w for w in self._waiters if w[1] is not fut]
+        if not fut.done():
+            have = len(self.sessions)
+            fut.set_exception(NotReplicated(
+                f"not written by {self.n} replica(s) within {self.timeout:g}s ({have} connected)"))
+
+    def acked(self) -> None:
+        """A replica acknowledged: release the waiters now satisfied."""
+        if not self._waiters:
+            return
+        keep = []
+        for need, fut, handle in self._waiters:
+            if fut.done():
+                handle.cancel()
+            elif self._count(need) >= self.n:
+                handle.cancel()
+                fut.set_result(None)
+            else:
+                keep.append((need, fut, handle))
+        self._waiters = keep
+
+
+def _wal_topics(nsqd: ReplicationHost) -> dict[str, Any]:
+    """The durable topics with a topic log, by name."""
+    return {name: t for name, t in nsqd.topics.items()
+            if not t.ephemeral and not t.deleted and getattr(t.store, "log", None) is not None}
+
+
+def leader_state(nsqd: ReplicationHost, repl: Replication) -> dict[str, Any]:
+    """The state message: epoch, and per durable topic its log's first
+    offset, head, visible offset, pause, own retention, epoch history and
+    durable channels (pause, checkpoint)."""
+    topics: dict[str, Any] = {}
+    for name, topic in _wal_topics(nsqd).items():
+        store = topic.store
+        tlog: TopicLog = store.log
+        channels = {}
+        for cname, channel in topic.channels.items():
+            cursor = channel.store.cursor
+            if channel.ephemeral or cursor is None:
+                continue
+            cursor.fold()
+            channels[cname] = {"paused": channel.paused, "low": cursor.finished.low,
+                               "finished": cursor.finished.ranges()}
+        topics[name] = {
+            "first": tlog.first, "head": tlog.head, "visible": store.visible, "paused": topic.paused,
+            "retention": [store.retention_time, store.retention_bytes] if store._own_retention else None,
+            "epochs": repl.epochs_of(tlog), "channels": channels,
+        }
+    return {"type": "state", "epoch": repl.epoch, "node_id": nsqd.options.node_id, "topics": topics}
+
+
+def divergence(leader_epochs: list[list[int]], leader_head: int, replica_epochs: list[list[int]],
+               replica_head: int) -> int:
+    """Where a replica's log must be cut to follow the leader: the end, in
+    the leader's history, of the replica's last epoch (the start of the
+    leader's next epoch, or its head), and never past the replica's head.
+    An empty history on either side cuts nothing beyond the leader's head."""
+    end = leader_head
+    if replica_epochs and leader_epochs:
+        last = replica_epochs[-1][0]
+        later = [start for epoch, start in leader_epochs if epoch > last]
+        if later:
+            end = min(later)
+    return min(end, replica_head)
+
+
+async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Replication) -> web.StreamResponse:
+    """``GET /replica/stream``: one replica's session (see the module docstring)."""
+    ws = web.WebSocketResponse(heartbeat=max(1.0, nsqd.options.sync_timeout * 5), max_msg_size=0)
+    await ws.prepare(request)
+    try:
+        hello = await ws.receive_json(timeout=10)
+    except (ValueError, TypeError, asyncio.TimeoutError) as exc:
+        log.error("REPLICA(%s): bad hello - %s", request.remote, exc)
+        await ws.close()
+        return ws
+    refusal = repl.refuse_replica(hello)
+    if refusal:
+        log.error("REPLICA(%s): refused - %s", request.remote, refusal)
+        await ws.send_json({"type": "refused", "message": refusal})
+        await ws.close()
+        return ws
+    sess = Session(str(hello.get("address", request.remote)), int(hello.get("node_id", 0)))
+    topics = _wal_topics(nsqd)
+    cuts = {}
+    for name, have in (hello.get("topics") or {}).items():
+        topic = topics.get(name)
+        if topic is None:
+            continue
+        tlog = topic.store.log
+        head = int(have.get("head", 0))
+        cut = divergence(repl.epochs_of(tlog), tlog.head, have.get("epochs") or [], head)
+        if cut < head:
+            cuts[name] = cut
+        sess.sent[name] = cut
+    await ws.send_json({"type": "hello", "epoch": repl.epoch, "cluster": repl.cluster, "node_id": nsqd.options.node_id,
+                        "cut": cuts})
+    await ws.send_json(leader_state(nsqd, repl))
+    repl.sessions.append(sess)
+    log.info("REPLICA(%s): following from %s (%d topics to cut back)", sess.address, request.remote, len(cuts))
+    sender = asyncio.ensure_future(_send(ws, nsqd, repl, sess))
+    try:
+        async for msg in ws:
+            if msg.type == WSMsgType.TEXT:
+                try:
+                    ack = json.loads(msg.data)
+                    heads = {str(k): int(v) for k, v in ack.get("topics", {}).items()}
+                except (ValueError, TypeError, AttributeError) as exc:
+                    log.error("REPLICA(%s): bad ack %r - %s", sess.address, msg.data[:80], exc)
+                    break
+                now = time.monotonic()
+                for name, head in heads.items():
+                    if head > sess.acked.get(name, -1):
+                        sess.acked[name] = head
+                    topic = nsqd.topics.get(name)
+                    tlog = getattr(topic.store, "log", None) if topic is not None else None
+                    if tlog is not None and head >= tlog.head:
+                        sess.acked_at[name] = now
+                repl.acks.acked()
+            elif msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
+                break
+    finally:
+        sender.cancel()
+        repl.sessions.remove(sess)
+        log.info("REPLICA(%s): gone", sess.address)
+    return ws
+
+
+def _shape(topics: dict[str, Any]) -> dict[str, set[str]]:
+    return {n: {c for c, ch in t.channels.items() if not ch.ephemeral} for n, t in topics.items()}
+
+
+async def _send(ws: web.WebSocketResponse, nsqd: ReplicationHost, repl: Replication, sess: Session) -> None:
+    """Pages of records as the logs grow; the state every --sync-timeout and
+    at each change, with the topics and channels deleted since the last
+    one (a topic missing from a state message is not deleted: a leader
+    going down, or started on an empty data path, must not empty its
+    replicas)."""
+    interval = max(0.05, nsqd.options.sync_timeout)
+    next_state = 0.0
+    shape: dict[str, set[str]] | None = None
+    marks: tuple[Any, ...] = ()
+    try:
+        while not ws.closed and not nsqd.exiting:
+            sess.wake.clear()
+            topics = _wal_topics(nsqd)
+            now_shape = _shape(topics)
+            now_marks = tuple((n, t.paused, tuple(ch.paused for ch in t.channels.values())) for n, t in topics.items())
+            if now_shape != shape or now_marks != marks or time.monotonic() >= next_state:
+                state = leader_state(nsqd, repl)
+                if shape is not None:
+                    state["deleted_topics"] = sorted(set(shape) - set(now_shape))
+                    state["deleted_channels"] = {n: sorted(cs - now_shape[n]) for n, cs in shape.items()
+                                                 if n in now_shape and cs - now_shape[n]}
+                shape, marks = now_shape, now_marks
+                next_state = time.monotonic() + interval
+                await ws.send_str(json.dumps(state))
+            for name, topic in topics.items():
+                tlog = topic.store.log
+                off = max(sess.sent.get(name, tlog.first), tlog.first)
+                while off < tlog.head and not ws.closed:
+                    data, count, base = tlog.read_raw(off, PAGE)
+                    if not count:
+                        break
+                    await ws.send_bytes(encode_records(name, off, base, count, data))
+                    off += count
+                sess.sent[name] = off
+            if ws.closed or nsqd.exiting:
+                break
+            try:
+                await asyncio.wait_for(sess.wake.wait(), timeout=max(0.0, next_state - time.monotonic()))
+            except asyncio.TimeoutError:
+                pass
+    except (ConnectionError, RuntimeError) as exc:
+        log.info("REPLICA(%s): send failed - %s", sess.address, exc)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("REPLICA(%s): send failed", sess.address)
+    await ws.close()

@@ -1,0 +1,280 @@
+"""A node's replication role, epoch and HTTP endpoints (docs/operations/replication.md).
+
+Every ``--storage=wal`` nsqd is a leader (the default) or, with
+``--replica-of``, a replica of one leader for all its durable topics.
+
+- ``nsqd.replication.json`` in the data path holds the node's leader
+  epoch (0 until a first promotion); each topic log's ``epochs.json``
+  holds ``[[epoch, first offset], ...]``: from which offset on its records
+  were written in which epoch (Kafka's leader-epoch checkpoint).
+- ``GET /replica/stream``: a replica's session (:mod:`.leader`).
+- ``POST /replica/promote``: a replica becomes the leader with a new epoch.
+- ``GET /replica/status``: role, leader, epoch, replicas and lag (JSON).
+- On a replica every change through HTTP (``/pub``, ``/mpub``, topic and
+  channel create, delete, empty, pause, rewind, commit, config) is
+  refused with 503 and a message naming the leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from nsq.server.httpapi import HTTPError, json_response
+from nsq.server.nsqd.delivery.replicastore import refusal
+from nsq.server.nsqd.replication.leader import Acks, Session, stream_handler
+from nsq.server.nsqd.storage.atomicfile import replace_atomically
+
+if TYPE_CHECKING:
+    from nsq.server.nsqd.replication.host import ReplicationHost
+    from nsq.server.nsqd.replication.follower import Follower
+    from nsq.server.nsqd.storage.topiclog import TopicLog
+
+__all__ = ["Replication"]
+
+log = logging.getLogger("nsq.nsqd")
+
+STATE_FILE = "nsqd.replication.json"
+EPOCHS_FILE = "epochs.json"
+
+#: HTTP paths a replica refuses (POST): they would change what the leader decides
+_CHANGES = frozenset({"/pub", "/mpub", "/topic/create", "/topic/delete", "/topic/empty", "/topic/pause",
+                      "/topic/unpause", "/channel/create", "/channel/delete", "/channel/empty", "/channel/pause",
+                      "/channel/unpause", "/channel/rewind", "/channel/commit", "/topic/config", "/channel/config"})
+
+
+class Replication:
+    """The node's role (see the module docstring).
+
+    Attributes:
+        epoch: the leader epoch (persisted).
+        sessions: the replicas following this node (a leader).
+        acks: the publishes waiting for ``--replica-acks`` replicas.
+        follower: the task copying the leader (a replica), or None.
+    """
+
+    def __init__(self, nsqd: ReplicationHost) -> None:
+        self.nsqd = nsqd
+        opts = nsqd.options
+        self.enabled = opts.storage == "wal"
+        self.epoch = 0
+        #: the cluster id: made by a first leader, taken by its replicas; a
+        #: leader with another one (a data path replaced) is not followed
+        self.cluster = ""
+        self.sessions: list[Session] = []
+        self.acks = Acks(opts.replica_acks, opts.replica_timeout)
+        self.acks.sessions = self.sessions
+        self.follower: Follower | None = None
+        #: True while the follower creates or deletes topics and channels
+        self.applying = False
+        self._epochs: dict[str, list[list[int]]] = {}
+
+    # -- start, stop -----------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the node's epoch (at start, after the data path is locked)."""
+        if not self.enabled or not self.nsqd.data_path:
+            return
+        try:
+            with open(os.path.join(self.nsqd.data_path, STATE_FILE), "rb") as fh:
+                doc = json.loads(fh.read())
+            self.epoch = int(doc["epoch"])
+            self.cluster = str(doc.get("cluster", ""))
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise OSError(f"unreadable {STATE_FILE}: {exc}") from None
+        if not self.cluster and not self.nsqd.replica_of:
+            self.cluster = os.urandom(8).hex()
+            self._save()
+
+    def _save(self) -> None:
+        if self.nsqd.data_path:
+            doc = {"epoch": self.epoch, "cluster": self.cluster,
+                   "role": "replica" if self.nsqd.replica_of else "leader", "leader": self.nsqd.replica_of}
+            replace_atomically(os.path.join(self.nsqd.data_path, STATE_FILE), json.dumps(doc).encode())
+
+    def add_routes(self, app: web.Application) -> None:
+        """The ``/replica/*`` endpoints, and a replica's refusal of changes."""
+        if not self.enabled:
+            return
+        app.router.add_get("/replica/stream", self._stream_handler)
+        app.router.add_post("/replica/promote", self._promote_handler)
+        app.router.add_get("/replica/status", self._status_handler, allow_head=False)
+        app.middlewares.append(self._refuse_changes)
+
+    async def _stream_handler(self, request: web.Request) -> web.StreamResponse:
+        return await stream_handler(request, self.nsqd, self)
+
+    @web.middleware
+    async def _refuse_changes(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        leader = self.nsqd.replica_of
+        if leader and request.method in ("POST", "PUT", "DELETE") and request.path in _CHANGES:
+            raise HTTPError(503, f"PUB_FAILED: {refusal(leader)}" if request.path in ("/pub", "/mpub")
+                            else f"NOT_LEADER: {refusal(leader)}")
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    def start(self) -> None:
+        """A replica starts following its leader."""
+        if self.nsqd.replica_of:
+            from nsq.server.nsqd.replication.follower import Follower
+
+            self.follower = Follower(self.nsqd, self, self.nsqd.replica_of)
+            self.follower.start()
+
+    async def stop(self) -> None:
+        if self.follower is not None:
+            await self.follower.stop()
+            self.follower = None
+
+    # -- the leader's logs -----------------------------------------------------------
+
+    def attach(self, tlog: TopicLog) -> None:
+        """A durable topic's log was opened: note its epoch, and tell the
+        replicas (and the acks) of each append."""
+        if not self.nsqd.replica_of:
+            self._mark_epoch(tlog)
+        tlog.on_append = self._appended
+
+    def _appended(self, tlog: TopicLog) -> None:
+        for sess in self.sessions:
+            sess.wake.set()
+        if self.acks.n and not self.nsqd.replica_of:
+            self.acks.owe(tlog.name, tlog.head)
+            self.nsqd.disk.owe(self)  # type: ignore[arg-type]
+
+    def sync_in_background(self) -> asyncio.Future[None] | None:
+        """What :meth:`DataPath.durability_barrier` waits for on our behalf:
+        the owed appends acknowledged by ``--replica-acks`` replicas."""
+        return self.acks.barrier()
+
+    def epochs_of(self, tlog: TopicLog) -> list[list[int]]:
+        """The log's ``[[epoch, first offset], ...]``."""
+        epochs = self._epochs.get(tlog.path)
+        if epochs is None:
+            try:
+                with open(os.path.join(tlog.path, EPOCHS_FILE), "rb") as fh:
+                    epochs = [[int(e), int(o)] for e, o in json.loads(fh.read())]
+            except FileNotFoundError:
+                epochs = []
+            except (OSError, ValueError, TypeError) as exc:
+                log.error("TOPIC(%s): unreadable %s (%s)", tlog.name, EPOCHS_FILE, exc)
+                epochs = []
+            self._epochs[tlog.path] = epochs
+        return epochs
+
+    def set_epochs(self, tlog: TopicLog, epochs: list[list[int]]) -> None:
+        """Write the log's epoch history (a replica copies its leader's)."""
+        if self.epochs_of(tlog) == epochs:
+            return
+        replace_atomically(os.path.join(tlog.path, EPOCHS_FILE), json.dumps(epochs).encode())
+        self._epochs[tlog.path] = [list(e) for e in epochs]
+
+    def _mark_epoch(self, tlog: TopicLog) -> None:
+        epochs = self.epochs_of(tlog)
+        if not epochs or epochs[-1][0] < self.epoch:
+            try:
+                self.set_epochs(tlog, epochs + [[self.epoch, tlog.head]])
+            except OSError as exc:
+                log.error("TOPIC(%s): failed to write %s - %s", tlog.name, EPOCHS_FILE, exc)
+
+    def refuse_replica(self, hello: dict[str, Any]) -> str:
+        """Why this node does not take a replica ("" if it does)."""
+        if self.nsqd.replica_of:
+            return f"this nsqd is itself a replica of {self.nsqd.replica_of}"
+        if int(hello.get("node_id", -1)) == self.nsqd.options.node_id and \
+                str(hello.get("address", "")) == self.address():
+            return "a replica of itself"
+        cluster = str(hello.get("cluster", ""))
+        if cluster and cluster != self.cluster:
+            return f"the replica belongs to another cluster ({cluster}, this leader's is {self.cluster})"
+        if int(hello.get("epoch", 0)) > self.epoch:
+            return f"the replica's epoch {hello.get('epoch')} is newer than this leader's {self.epoch}"
+        return ""
+
+    def address(self) -> str:
+        opts = self.nsqd.options
+        return f"{opts.broadcast_address}:{self.nsqd.http_port}"
+
+    def join(self, cluster: str) -> str:
+        """A replica's check of its leader's cluster id: "" if it may follow
+        (a first leader's id is taken and saved), else why not."""
+        if self.cluster and cluster != self.cluster:
+            return (f"the leader belongs to another cluster ({cluster}; this copy came from {self.cluster}): "
+                    "its data path was replaced? promote this replica, or start it on an empty data path")
+        if not self.cluster:
+            self.cluster = cluster
+            self._save()
+        return ""
+
+    # -- promotion -------------------------------------------------------------------
+
+    async def promote(self, seen_epoch: int = 0) -> int:
+        """Make this replica the leader with a new epoch; returns it.
+
+        Raises:
+            ValueError: this node is not a replica.
+        """
+        nsqd = self.nsqd
+        if not nsqd.replica_of:
+            raise ValueError("not a replica")
+        await self.stop()
+        old = nsqd.replica_of
+        self.epoch = max(self.epoch, seen_epoch) + 1
+        nsqd.replica_of = ""
+        self._save()
+        for topic in nsqd.topics.values():
+            tlog = getattr(topic.store, "log", None)
+            if tlog is not None:
+                self._mark_epoch(tlog)
+        if nsqd.options.nsqlookupd_tcp_addresses:
+            nsqd.lookupds.set_addresses(nsqd.options.nsqlookupd_tcp_addresses)
+        log.warning("REPLICA: promoted to leader at epoch %d (was a replica of %s)", self.epoch, old)
+        return self.epoch
+
+    async def _promote_handler(self, request: web.Request) -> web.Response:
+        if not self.nsqd.replica_of:
+            raise HTTPError(400, "NOT_A_REPLICA")
+        seen = self.follower.leader_epoch if self.follower is not None else 0
+        epoch = await self.promote(seen)
+        return json_response({"role": "leader", "epoch": epoch})
+
+    # -- status ----------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any] | None:
+        """``/stats``' ``replication`` object (None without a topic log)."""
+        if not self.enabled:
+            return None
+        nsqd = self.nsqd
+        now = time.monotonic()
+        if nsqd.replica_of:
+            f = self.follower
+            return {"role": "replica", "leader": nsqd.replica_of, "epoch": self.epoch,
+                    "connected": bool(f and f.connected),
+                    "lag_messages": f.lag_messages() if f else 0,
+                    "lag_seconds": round(f.lag_seconds(), 3) if f else 0.0}
+        replicas = []
+        for sess in self.sessions:
+            topics = {}
+            for name, topic in nsqd.topics.items():
+                tlog = getattr(topic.store, "log", None)
+                if tlog is None or topic.ephemeral:
+                    continue
+                acked = sess.acked.get(name, 0)
+                lag = max(0, tlog.head - acked)
+                topics[name] = {"offset": acked, "lag_messages": lag,
+                                "lag_seconds": round(now - sess.acked_at.get(name, now), 3) if lag else 0.0}
+            replicas.append({"address": sess.address, "topics": topics,
+                             "lag_messages": sum(t["lag_messages"] for t in topics.values()),
+                             "lag_seconds": max((t["lag_seconds"] for t in topics.values()), default=0.0)})
+        return {"role": "leader", "epoch": self.epoch, "replica_acks": self.acks.n, "replicas": replicas}
+
+    async def _status_handler(self, request: web.Request) -> web.Response:
+        return json_response(self.status() or {})

@@ -1,0 +1,299 @@
+"""Replication (docs/operations/replication.md): two in-process nsqds on
+loopback ports, a leader and a replica of it, real WebSocket, TCP and HTTP,
+real files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import aiohttp
+import pytest
+
+from nsq.protocol import commands as c
+from nsq.server.nsqd.nsqd import NSQD
+from nsq.server.nsqd.options import ConfigError
+
+from .helpers import HTTP, Conn
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def wait_for(predicate: Any, timeout: float) -> None:
+    """Poll ``predicate()`` until it is true, failing after ``timeout`` s."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+def segments(nsqd: NSQD, topic: str) -> dict[str, bytes]:
+    """Every segment file of the topic's log, by name, and its bytes."""
+    path = os.path.join(nsqd.data_path, f"{topic}.wal")
+    out = {}
+    for name in sorted(os.listdir(path)):
+        if name.endswith(".log"):
+            with open(os.path.join(path, name), "rb") as fh:
+                out[name] = fh.read()
+    return out
+
+
+async def pair(make_nsqd: Any, tmp_path: Any, **leader_opts: Any) -> tuple[NSQD, NSQD]:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    leader = await make_nsqd(data_path=str(tmp_path / "a"), storage="wal", max_bytes_per_file=4096, **leader_opts)
+    replica = await make_nsqd(data_path=str(tmp_path / "b"), storage="wal", max_bytes_per_file=4096,
+                              replica_of=f"127.0.0.1:{leader.http_port}")
+    await wait_for(lambda: leader.replication.sessions, timeout=10)
+    return leader, replica
+
+
+def head(nsqd: NSQD, topic: str) -> int:
+    t = nsqd.topics.get(topic)
+    return t.store.log.head if t is not None else -1
+
+
+async def test_replica_copies_records_byte_identical_and_channels(make_nsqd, tmp_path, session) -> None:
+    leader, replica = await pair(make_nsqd, tmp_path)
+    lh = HTTP(session, leader.http_port)
+    assert (await lh.post("/topic/create", topic="t"))[0] == 200
+    assert (await lh.post("/channel/create", topic="t", channel="c"))[0] == 200
+    for i in range(30):  # several segments (4 KiB each)
+        assert (await lh.post("/mpub", data="\n".join(f"m{i}-{j}-" + "x" * 40 for j in range(10)), topic="t"))[0] == 200
+    await wait_for(lambda: head(replica, "t") == 300, timeout=10)
+    assert head(leader, "t") == 300
+    assert len(segments(leader, "t")) > 2
+    assert segments(replica, "t") == segments(leader, "t")  # same files, same bytes
+    assert "c" in replica.topics["t"].channels
+
+    # consume and finish 100 on the leader: the replica's copy of the channel follows
+    conn = await Conn.open(leader.tcp_port)
+    try:
+        await conn.subscribe("t", "c", rdy=100)
+        for _ in range(100):
+            msg = await conn.read_message(timeout=5)
+            await conn.send(c.fin(msg.id))
+        await wait_for(lambda: replica.topics["t"].channels["c"].store.cursor.finished.low == 100, timeout=10)
+    finally:
+        await conn.aclose()
+    rstats = await HTTP(session, replica.http_port).channel_stats("t", "c")
+    assert rstats is not None and rstats["depth"] == 200
+
+
+async def test_replica_refuses_publish_and_subscribe(make_nsqd, tmp_path, session) -> None:
+    leader, replica = await pair(make_nsqd, tmp_path)
+    lh, rh = HTTP(session, leader.http_port), HTTP(session, replica.http_port)
+    assert (await lh.post("/pub", data="a", topic="t"))[0] == 200
+    await wait_for(lambda: head(replica, "t") == 1, timeout=10)
+    status, body = await rh.post("/pub", data="b", topic="t")
+    assert status == 503 and f"127.0.0.1:{leader.http_port}".encode() in body and b"PUB_FAILED" in body
+    status, body = await rh.post("/mpub", data="b\nc", topic="new")
+    assert status == 503 and b"replica of" in body
+    assert (await rh.post("/topic/create", topic="other"))[0] == 503
+    conn = await Conn.open(replica.tcp_port)
+    try:
+        await conn.send(c.pub("t", b"x"))
+        assert b"E_PUB_FAILED" in await conn.expect_error()
+    finally:
+        await conn.aclose()
+    for cmd in (c.pub("new", b"x"), c.dpub("t", 100, b"x"), c.mpub("t", [b"x", b"y"])):
+        conn = await Conn.open(replica.tcp_port)
+        try:
+            await conn.send(cmd)
+            assert b"FAILED" in await conn.expect_error()
+        finally:
+            await conn.aclose()
+    conn = await Conn.open(replica.tcp_port)
+    try:
+        await conn.send(c.sub("t", "c"))
+        err = await conn.expect_error()
+        assert err.startswith(b"E_SUB_FAILED") and str(leader.http_port).encode() in err
+    finally:
+        await conn.aclose()
+    assert head(replica, "t") == 1 and "new" not in replica.topics and "other" not in replica.topics
+    stats = await rh.stats()
+    assert stats["replication"]["role"] == "replica"
+    assert stats["replication"]["leader"] == f"127.0.0.1:{leader.http_port}"
+
+
+async def test_replica_acks_wait_for_the_replica_and_time_out_without_it(make_nsqd, tmp_path, session) -> None:
+    leader, replica = await pair(make_nsqd, tmp_path, replica_acks=1, replica_timeout=1.0)
+    conn = await Conn.open(leader.tcp_port)
+    try:
+        for i in range(20):
+            await conn.send(c.pub("t", b"m%d" % i))
+            await conn.expect_ok(timeout=5)
+            assert head(replica, "t") >= i + 1  # answered only once the replica has it
+        await replica.stop()
+        await wait_for(lambda: not leader.replication.sessions, timeout=10)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await conn.send(c.pub("t", b"lost?"))
+        err = await conn.expect_error(timeout=5)
+        assert err.startswith(b"E_PUB_FAILED") and b"replica" in err
+        assert loop.time() - t0 >= 0.9
+    finally:
+        await conn.aclose()
+    status, body = await HTTP(session, leader.http_port).post("/pub", data="x", topic="t")
+    assert status == 503 and b"PUB_FAILED" in body
+
+
+async def test_promote_epoch_and_delivery_from_copied_position(make_nsqd, tmp_path, session) -> None:
+    leader, replica = await pair(make_nsqd, tmp_path)
+    lh, rh = HTTP(session, leader.http_port), HTTP(session, replica.http_port)
+    assert (await lh.post("/topic/create", topic="t"))[0] == 200
+    assert (await lh.post("/channel/create", topic="t", channel="c"))[0] == 200
+    assert (await lh.post("/mpub", data="\n".join(f"m{j}" for j in range(50)), topic="t"))[0] == 200
+    conn = await Conn.open(leader.tcp_port)
+    try:
+        await conn.subscribe("t", "c", rdy=20)
+        for _ in range(20):
+            await conn.send(c.fin((await conn.read_message(timeout=5)).id))
+        await wait_for(lambda: replica.topics.get("t") is not None
+                       and replica.topics["t"].channels["c"].store.cursor.finished.low == 20, timeout=10)
+    finally:
+        await conn.aclose()
+    assert (await lh.post("/replica/promote"))[0] == 400
+    await leader.stop()
+    status, body = await rh.post("/replica/promote")
+    assert status == 200, body
+    assert replica.replication.epoch == 1 and not replica.replica_of
+    assert (await rh.post("/pub", data="after", topic="t"))[0] == 200
+    conn = await Conn.open(replica.tcp_port)
+    got = []
+    try:
+        await conn.subscribe("t", "c", rdy=100)
+        for _ in range(31):
+            msg = await conn.read_message(timeout=5)
+            got.append(msg.body)
+            await conn.send(c.fin(msg.id))
+    finally:
+        await conn.aclose()
+    assert got == [f"m{j}".encode() for j in range(20, 50)] + [b"after"]
+
+
+async def test_replica_of_refusals(make_nsqd, tmp_path) -> None:
+    with pytest.raises(ConfigError, match="--storage=wal"):
+        await make_nsqd(data_path=str(tmp_path), storage="diskqueue", replica_of="127.0.0.1:4151")
+    with pytest.raises(ConfigError, match="--storage=wal"):
+        await make_nsqd(data_path=str(tmp_path), storage="diskqueue", replica_acks=1)
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ConfigError, match="itself"):
+        await make_nsqd(data_path=str(tmp_path), storage="wal", http_address=f"127.0.0.1:{port}",
+                        replica_of=f"127.0.0.1:{port}")
+
+
+async def test_bad_frames_reconnect_without_damage(make_nsqd, tmp_path, session) -> None:
+    leader, replica = await pair(make_nsqd, tmp_path)
+    lh = HTTP(session, leader.http_port)
+    assert (await lh.post("/mpub", data="a\nb\nc", topic="t"))[0] == 200
+    await wait_for(lambda: head(replica, "t") == 3, timeout=10)
+    from nsq.server.nsqd.replication.wire import encode_records
+
+    follower = replica.replication.follower
+    assert follower is not None
+    with pytest.raises(Exception, match="damaged"):
+        follower._records(encode_records("t", 3, 0, 1, b"\x00\x00\x00\x20garbage"))
+    assert head(replica, "t") == 3
+    assert segments(replica, "t") == segments(leader, "t")
+    async with aiohttp.ClientSession() as s:
+        async with s.ws_connect(f"http://127.0.0.1:{leader.http_port}/replica/stream") as ws:
+            await ws.send_str("not json")
+            msg = await ws.receive(timeout=5)
+            assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+    assert (await lh.post("/pub", data="d", topic="t"))[0] == 200
+    await wait_for(lambda: head(replica, "t") == 4, timeout=10)
+
+
+async def test_deletes_pauses_and_retention_follow_but_absence_deletes_nothing(make_nsqd, tmp_path, session) -> None:
+    leader, replica = await pair(make_nsqd, tmp_path, sync_timeout=0.1)
+    lh = HTTP(session, leader.http_port)
+    for topic in ("t", "u"):
+        assert (await lh.post("/topic/create", topic=topic))[0] == 200
+        assert (await lh.post("/channel/create", topic=topic, channel="c"))[0] == 200
+        assert (await lh.post("/channel/create", topic=topic, channel="d"))[0] == 200
+        assert (await lh.post("/pub", data="x", topic=topic))[0] == 200
+    await wait_for(lambda: head(replica, "u") == 1 and "d" in replica.topics["u"].channels, timeout=10)
+    assert (await lh.post("/topic/pause", topic="t"))[0] == 200
+    assert (await lh.post("/channel/pause", topic="u", channel="c"))[0] == 200
+    assert (await lh.post("/channel/delete", topic="u", channel="d"))[0] == 200
+    assert (await lh.post("/topic/delete", topic="t"))[0] == 200
+    assert (await lh.post("/topic/config", data='{"retention_time": "1h"}', topic="u"))[0] == 200
+    await wait_for(lambda: "t" not in replica.topics and "d" not in replica.topics["u"].channels
+                   and replica.topics["u"].channels["c"].paused
+                   and replica.topics["u"].store.retention_time == 3600, timeout=10)
+    assert not os.path.exists(os.path.join(replica.data_path, "t.wal"))
+    # the leader goes down: its topics vanish from its state, the replica keeps every one
+    await leader.stop()
+    await asyncio.sleep(0.3)
+    assert "u" in replica.topics and head(replica, "u") == 1
+
+
+async def test_catch_up_after_restarts_of_either_side(make_nsqd, tmp_path, session) -> None:
+    leader, replica = await pair(make_nsqd, tmp_path)
+    lh = HTTP(session, leader.http_port)
+    assert (await lh.post("/mpub", data="\n".join("a" * 100 for _ in range(50)), topic="t"))[0] == 200
+    await wait_for(lambda: head(replica, "t") == 50, timeout=10)
+    await replica.stop()
+    assert (await lh.post("/mpub", data="\n".join("b" * 100 for _ in range(50)), topic="t"))[0] == 200
+    replica = await make_nsqd(data_path=str(tmp_path / "b"), storage="wal", max_bytes_per_file=4096,
+                              replica_of=f"127.0.0.1:{leader.http_port}")
+    await wait_for(lambda: head(replica, "t") == 100, timeout=10)
+    port = leader.http_port
+    await leader.stop()
+    leader = await make_nsqd(data_path=str(tmp_path / "a"), storage="wal", max_bytes_per_file=4096,
+                             http_address=f"127.0.0.1:{port}")
+    lh = HTTP(session, leader.http_port)
+    assert (await lh.post("/mpub", data="\n".join("c" * 100 for _ in range(50)), topic="t"))[0] == 200
+    await wait_for(lambda: head(replica, "t") == 150, timeout=15)
+    assert segments(replica, "t") == segments(leader, "t")
+
+
+async def test_old_leader_rejoins_cut_back_to_the_new_leaders_log(make_nsqd, tmp_path, session) -> None:
+    a, b = await pair(make_nsqd, tmp_path)
+    ah = HTTP(session, a.http_port)
+    assert (await ah.post("/mpub", data="\n".join(f"m{i}" for i in range(10)), topic="t"))[0] == 200
+    await wait_for(lambda: head(b, "t") == 10, timeout=10)
+    await b.stop()
+    assert (await ah.post("/mpub", data="\n".join(f"only-a{i}" for i in range(5)), topic="t"))[0] == 200
+    await a.stop()  # the leader is lost; its replica is promoted
+    b = await make_nsqd(data_path=str(tmp_path / "b"), storage="wal", max_bytes_per_file=4096,
+                        replica_of=f"127.0.0.1:{a.http_port}")
+    bh = HTTP(session, b.http_port)
+    status, body = await bh.post("/replica/promote")
+    assert status == 200 and b'"epoch":1' in body
+    assert (await bh.post("/mpub", data="\n".join(f"new{i}" for i in range(3)), topic="t"))[0] == 200
+    # the old leader comes back as a replica of the new one: its 5 records after offset 10 are cut
+    a = await make_nsqd(data_path=str(tmp_path / "a"), storage="wal", max_bytes_per_file=4096,
+                        replica_of=f"127.0.0.1:{b.http_port}")
+    await wait_for(lambda: head(a, "t") == 13 and segments(a, "t") == segments(b, "t"), timeout=10)
+    records, _ = a.topics["t"].store.log.read(10, 10)
+    assert [r[2] for r in records] == [b"new0", b"new1", b"new2"]
+    assert a.replication.epoch == 0 or a.replication.epoch == 1
+
+
+async def test_refuses_a_leader_of_another_cluster_or_an_older_epoch(make_nsqd, tmp_path, session, caplog) -> None:
+    a, b = await pair(make_nsqd, tmp_path)
+    assert (await HTTP(session, a.http_port).post("/pub", data="x", topic="t"))[0] == 200
+    await wait_for(lambda: head(b, "t") == 1, timeout=10)
+    await b.stop()
+    (tmp_path / "other").mkdir()
+    other = await make_nsqd(data_path=str(tmp_path / "other"), storage="wal")
+    b = await make_nsqd(data_path=str(tmp_path / "b"), storage="wal", replica_of=f"127.0.0.1:{other.http_port}")
+    await wait_for(lambda: "another cluster" in caplog.text, timeout=10)
+    assert head(b, "t") == 1 and not other.replication.sessions
+
+
+async def test_a_diskqueue_leader_is_not_followed(make_nsqd, tmp_path, caplog) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    leader = await make_nsqd(data_path=str(tmp_path / "a"), storage="diskqueue")
+    await make_nsqd(data_path=str(tmp_path / "b"), storage="wal", replica_of=f"127.0.0.1:{leader.http_port}")
+    await wait_for(lambda: "--storage=wal" in caplog.text, timeout=10)
