@@ -196,6 +196,7 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
                         "cut": cuts})
     await ws.send_json(leader_state(nsqd, repl))
     repl.sessions.append(sess)
+    repl.watch()
     log.info("REPLICA(%s): following from %s (%d topics to cut back)", sess.address, request.remote, len(cuts))
     sender = asyncio.ensure_future(_send(ws, nsqd, repl, sess))
     try:
@@ -221,6 +222,7 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
     finally:
         sender.cancel()
         repl.sessions.remove(sess)
+        repl.watch()
         log.info("REPLICA(%s): gone", sess.address)
     return ws
 

@@ -141,7 +141,17 @@ class Replication:
         replicas (and the acks) of each append."""
         if not self.nsqd.replica_of:
             self._mark_epoch(tlog)
-        tlog.on_append = self._appended
+        if self.sessions or self.acks.n:
+            tlog.on_append = self._appended
+
+    def watch(self) -> None:
+        """Hook every topic log's appends while replicas follow or acks are
+        asked for; unhook them otherwise (no cost on the publish path)."""
+        hook = self._appended if self.sessions or self.acks.n else None
+        for topic in self.nsqd.topics.values():
+            tlog = getattr(topic.store, "log", None)
+            if tlog is not None:
+                tlog.on_append = hook
 
     def _appended(self, tlog: TopicLog) -> None:
         for sess in self.sessions:
@@ -230,6 +240,7 @@ class Replication:
         self.epoch = max(self.epoch, seen_epoch) + 1
         nsqd.replica_of = ""
         self._save()
+        self.watch()
         for topic in nsqd.topics.values():
             tlog = getattr(topic.store, "log", None)
             if tlog is not None:
