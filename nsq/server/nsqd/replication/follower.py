@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
-from nsq.server.nsqd.replication.wire import WireError, decode_records
+from nsq.server.nsqd.replication.wire import WireError, decode_records, encode_ack
 from nsq.server.nsqd.storage.backend import BackendFull
-from nsq.server.nsqd.storage.replicalog import ReplicaLog, check_records
+from nsq.server.nsqd.storage.replicalog import ReplicaLog
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.delivery.replicastore import ReplicaTopicStore
@@ -174,9 +174,9 @@ class Follower:
         return topic
 
     def _records(self, frame: bytes) -> tuple[str, int]:
-        name, first, base, count, data = decode_records(frame)
-        if not count or not check_records(data, count):
-            raise ReplicationError(f"TOPIC({name}): a damaged page of {count} records from offset {first}")
+        name, first, base, count, leader_head, data = decode_records(frame)
+        if not count:
+            raise ReplicationError(f"TOPIC({name}): an empty page at offset {first}")
         topic = self._topic(name)
         store: ReplicaTopicStore = topic.store
         try:
@@ -184,10 +184,9 @@ class Follower:
         except BackendFull as exc:
             raise ReplicationError(f"TOPIC({name}): failed to write the copy - {exc}") from None
         head = store.log.head
-        if head >= self.leader_heads.get(name, 0):
-            self.leader_heads[name] = head
-            if not self.lag_messages():
-                self.caught_up_at = time.monotonic()
+        self.leader_heads[name] = max(leader_head, head)
+        if head >= leader_head and not self.lag_messages():
+            self.caught_up_at = time.monotonic()
         return name, head
 
     async def _ack(self, ws: aiohttp.ClientWebSocketResponse, name: str, head: int) -> None:
@@ -196,7 +195,7 @@ class Follower:
             fut = tlog.sync_in_background()
             if fut is not None:
                 await asyncio.wrap_future(fut)
-        await ws.send_str(json.dumps({"type": "ack", "topics": {name: head}}))
+        await ws.send_bytes(encode_ack(name, head))
 
     # -- state -------------------------------------------------------------------------
 

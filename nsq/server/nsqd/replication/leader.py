@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
-from nsq.server.nsqd.replication.wire import encode_records
+from nsq.server.nsqd.replication.wire import WireError, decode_ack, encode_records
 from nsq.server.nsqd.storage.backend import NotReplicated
 
 if TYPE_CHECKING:
@@ -201,22 +201,22 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
     sender = asyncio.ensure_future(_send(ws, nsqd, repl, sess))
     try:
         async for msg in ws:
-            if msg.type == WSMsgType.TEXT:
+            if msg.type == WSMsgType.BINARY:
                 try:
-                    ack = json.loads(msg.data)
-                    heads = {str(k): int(v) for k, v in ack.get("topics", {}).items()}
-                except (ValueError, TypeError, AttributeError) as exc:
-                    log.error("REPLICA(%s): bad ack %r - %s", sess.address, msg.data[:80], exc)
+                    name, head = decode_ack(msg.data)
+                except WireError as exc:
+                    log.error("REPLICA(%s): bad ack - %s", sess.address, exc)
                     break
-                now = time.monotonic()
-                for name, head in heads.items():
-                    if head > sess.acked.get(name, -1):
-                        sess.acked[name] = head
-                    topic = nsqd.topics.get(name)
-                    tlog = getattr(topic.store, "log", None) if topic is not None else None
-                    if tlog is not None and head >= tlog.head:
-                        sess.acked_at[name] = now
+                if head > sess.acked.get(name, -1):
+                    sess.acked[name] = head
+                topic = nsqd.topics.get(name)
+                tlog = getattr(topic.store, "log", None) if topic is not None else None
+                if tlog is not None and head >= tlog.head:
+                    sess.acked_at[name] = time.monotonic()
                 repl.acks.acked()
+            elif msg.type == WSMsgType.TEXT:
+                log.error("REPLICA(%s): unexpected text %r", sess.address, msg.data[:80])
+                break
             elif msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
                 break
     finally:
@@ -263,7 +263,7 @@ async def _send(ws: web.WebSocketResponse, nsqd: ReplicationHost, repl: Replicat
                     data, count, base = tlog.read_raw(off, PAGE)
                     if not count:
                         break
-                    await ws.send_bytes(encode_records(name, off, base, count, data))
+                    await ws.send_bytes(encode_records(name, off, base, count, tlog.head, data))
                     off += count
                 sess.sent[name] = off
             if ws.closed or nsqd.exiting:

@@ -16,33 +16,19 @@ from __future__ import annotations
 import logging
 import os
 
-from nsq.server.nsqd.storage.logsegment import Segment, parse_record, segment_name
+from nsq.server.nsqd.storage.logsegment import Segment, segment_name
 from nsq.server.nsqd.storage.topiclog import TopicLog
 
-__all__ = ["ReplicaLog", "check_records"]
+__all__ = ["ReplicaLog"]
 
 log = logging.getLogger("nsq.nsqd")
-
-
-def check_records(data: bytes, count: int) -> bool:
-    """True if ``data`` is exactly ``count`` whole framed records, each with
-    a valid checksum (what a replica checks before writing a page)."""
-    pos = n = 0
-    end = len(data)
-    while pos < end:
-        parsed = parse_record(data, pos, end)
-        if parsed is None:
-            return False
-        pos = parsed[1]
-        n += 1
-    return n == count and pos == end
 
 
 class ReplicaLog(TopicLog):
     """A topic log a leader's records are copied into (see the module docstring)."""
 
     def append_copy(self, data: bytes, count: int, segment_base: int) -> int:
-        """Append ``count`` records (checked: :func:`check_records`) that the
+        """Append ``count`` records (checked by the caller) that the
         leader holds in its segment starting at ``segment_base``: a new
         segment starts here exactly when the leader's did, and never for
         size alone.
@@ -69,6 +55,7 @@ class ReplicaLog(TopicLog):
         log.warning("TOPIC(%s): copy restarts at the leader's first retained offset %d (it had %d to %d)",
                     self.name, base, self.first, self.head)
         self._close_files()
+        self._raw_ends.clear()
         for seg in self._segments:
             try:
                 os.remove(seg.path)
@@ -96,6 +83,7 @@ class ReplicaLog(TopicLog):
             return 0
         offset = max(offset, self.first)
         cut = self.head - offset
+        self._raw_ends.clear()
         while len(self._segments) > 1 and self._bases[-1] >= offset and self._bases[-1] > self.first:
             seg = self._segments.pop()
             self._bases.pop()

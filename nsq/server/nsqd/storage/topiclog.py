@@ -49,6 +49,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import shutil
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
@@ -99,6 +100,8 @@ class TopicLog(AppendFile):
         self._roll_next = False  # an fsync failed: the next append starts a new segment
         #: called after each append (a leader's replication: wake the senders)
         self.on_append: Callable[[TopicLog], None] | None = None
+        #: offset -> (segment base, byte position) where :meth:`read_raw` pages ended
+        self._raw_ends: dict[int, tuple[int, int]] = {}
         #: directories whose new entries (the log's directory, a segment)
         #: are not known to be durable yet: synced before the next append
         self._unsynced_dirs: list[str] = []
@@ -465,18 +468,22 @@ class TopicLog(AppendFile):
         return out, offset
 
     def read_raw(self, offset: int, max_bytes: int = CHUNK) -> tuple[bytes, int, int]:
-        """The framed records from ``offset`` as they are on disk, whole ones
-        only, within one segment and about ``max_bytes`` (at least one):
-        ``(data, count, the segment's first offset)``; ``(b"", 0, base)`` at
-        the head (a replica copies these: docs/operations/replication.md).
-        An offset below :attr:`first` reads from :attr:`first`."""
+        """Whole framed records from ``offset`` (or :attr:`first`) as on disk, in one segment, about
+        ``max_bytes`` (at least one): ``(data, count, segment base)``; no records at the head
+        (what a replica copies: docs/operations/replication.md)."""
         offset = max(offset, self.first)
         i = self._segment_for(offset)
         seg = self._segments[i]
         if offset >= self.head:
             return b"", 0, seg.base
         seg_end = self._bases[i + 1] if i + 1 < len(self._bases) else self.head
-        pos = self._position(seg, offset)
+        known = self._raw_ends.get(offset)  # where a sequential reader's last page ended: no header walk
+        pos = known[1] if known is not None and known[0] == seg.base else self._position(seg, offset)
+        if seg.count is not None and 0 < seg.size - pos <= 4 * max_bytes:  # the segment's rest: no walk
+            data = os.pread(seg.read_fd(), seg.size - pos, pos)
+            if len(data) == seg.size - pos:
+                self._raw_ends[seg.base + seg.count] = (seg.base, seg.size)
+                return data, seg.base + seg.count - offset, seg.base
         buf = os.pread(seg.read_fd(), max(0, min(max_bytes, seg.size - pos)), pos)
         rel = count = 0
         while offset + count < seg_end and rel + 8 <= len(buf):
@@ -489,6 +496,9 @@ class TopicLog(AppendFile):
                     break
             rel = stop
             count += 1
+        if len(self._raw_ends) > 16:
+            self._raw_ends.clear()
+        self._raw_ends[offset + count] = (seg.base, pos + rel)
         return buf[:rel], count, seg.base
 
     # -- deleting ------------------------------------------------------------------
@@ -587,6 +597,4 @@ class TopicLog(AppendFile):
     def delete(self) -> None:
         """Close and remove every file of the log (topic deleted)."""
         self._close_files()
-        import shutil
-
         shutil.rmtree(self.path, ignore_errors=True)
