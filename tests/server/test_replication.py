@@ -300,3 +300,17 @@ async def test_a_diskqueue_leader_is_not_followed(make_nsqd, tmp_path, caplog) -
     leader = await make_nsqd(data_path=str(tmp_path / "a"), storage="diskqueue")
     await make_nsqd(data_path=str(tmp_path / "b"), storage="wal", replica_of=f"127.0.0.1:{leader.http_port}")
     await wait_for(lambda: "--storage=wal" in caplog.text, timeout=10)
+
+
+async def test_old_leader_restarted_as_leader_cannot_acknowledge(make_nsqd, tmp_path, session) -> None:
+    a, b = await pair(make_nsqd, tmp_path, replica_acks=1, replica_timeout=0.5)
+    assert (await HTTP(session, a.http_port).post("/pub", data="x", topic="t"))[0] == 200
+    await wait_for(lambda: head(b, "t") == 1, timeout=10)
+    await a.stop()
+    assert (await HTTP(session, b.http_port).post("/replica/promote"))[0] == 200
+    # the old leader comes back as a leader: no replica follows it (b is a leader now), so nothing is acknowledged
+    a = await make_nsqd(data_path=str(tmp_path / "a"), storage="wal", replica_acks=1, replica_timeout=0.5)
+    status, body = await HTTP(session, a.http_port).post("/pub", data="y", topic="t")
+    assert status == 503 and b"not written by 1 replica" in body
+    # and the new leader refuses to follow it: a leader is no replica
+    assert not b.replica_of

@@ -125,7 +125,8 @@ class Follower:
             tlog = getattr(topic.store, "log", None)
             if tlog is not None and not topic.ephemeral:
                 topics[name] = {"head": tlog.head, "epochs": self.repl.epochs_of(tlog)}
-        return {"type": "hello", "epoch": self.repl.epoch, "cluster": self.repl.cluster,
+        return {"type": "hello", "epoch": self.repl.epoch,
+                "cluster": self.repl.cluster if self.repl.holds_data() else "",
                 "node_id": self.nsqd.options.node_id,
                 "address": self.repl.address(), "topics": topics}
 

@@ -213,13 +213,18 @@ class Replication:
         opts = self.nsqd.options
         return f"{opts.broadcast_address}:{self.nsqd.http_port}"
 
+    def holds_data(self) -> bool:
+        """True once a topic log of this node holds a message."""
+        return any(getattr(getattr(t.store, "log", None), "head", 0) for t in self.nsqd.topics.values())
+
     def join(self, cluster: str) -> str:
         """A replica's check of its leader's cluster id: "" if it may follow
-        (a first leader's id is taken and saved), else why not."""
-        if self.cluster and cluster != self.cluster:
+        (a first leader's id is taken and saved, as by a node that holds no
+        message yet), else why not."""
+        if self.cluster and cluster != self.cluster and self.holds_data():
             return (f"the leader belongs to another cluster ({cluster}; this copy came from {self.cluster}): "
                     "its data path was replaced? promote this replica, or start it on an empty data path")
-        if not self.cluster:
+        if cluster != self.cluster:  # a first leader, or a node with no message yet: its cluster now
             self.cluster = cluster
             self._save()
         return ""

@@ -1,0 +1,215 @@
+"""Replication (docs/operations/replication.md): a leader lost with its disk,
+its replica promoted, nothing acknowledged lost.
+
+2 nsqds with ``--storage=wal`` in their own network namespaces: n0 the
+leader with ``--replica-acks=1 --replica-timeout=2s``, n1 a replica of it
+(``--replica-of``), one lookupd. A producer publishes at a steady rate,
+each PUB to n0, then to n1, then n0 again after a failure (a replica refuses
+with ``E_PUB_FAILED`` until promoted); a Consumer finds nsqds through the
+lookupd. Mid-load n0 is SIGKILLed and its data path deleted (the disk is
+gone); a second later the test, as a supervisor would, POSTs
+``/replica/promote`` to n1, which registers with the lookupd and takes the
+publishes. What must hold: every message n0 or n1 acknowledged is
+delivered at least once (duplicates counted: what was in flight or finished
+after the last copied checkpoint comes again).
+
+The second test cuts the replica off (a partition): the leader refuses
+publishes after ``--replica-timeout`` instead of acknowledging them from one
+disk, and acknowledges again once the link heals; every acknowledged
+message is on the replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+
+import pytest
+
+from tests.faults.traffic import Row, Stream
+
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
+
+RATE = 100.0
+KILL_AT = 4.0
+PROMOTE_AFTER = 1.0
+AFTER = 6.0
+
+
+class Publisher:
+    """PUBs at a rate, each tried on the nsqds in turn until one answers OK."""
+
+    def __init__(self, addresses: list[str]) -> None:
+        from nsq.client import Producer
+
+        self.producers = [Producer(a, {"heartbeat_interval": 1000}, connect_timeout=2.0) for a in addresses]
+        self.failures = 0
+        self.refused: dict[str, int] = {}
+        self.tasks: set[asyncio.Task] = set()
+
+    async def _one(self, topic: str, body: bytes, stream: Stream) -> None:
+        deadline = time.monotonic() + 20
+        i = 0
+        while time.monotonic() < deadline:
+            producer = self.producers[i % len(self.producers)]
+            i += 1
+            try:
+                await asyncio.wait_for(producer.publish(topic, body), 5)
+                stream.ack(body)
+                return
+            except Exception as exc:  # refused, timed out, connection gone: never acknowledged, try the next
+                self.failures += 1
+                code = getattr(exc, "code", type(exc).__name__)
+                self.refused[code] = self.refused.get(code, 0) + 1
+                await asyncio.sleep(0.05)
+
+    async def run(self, topic: str, stream: Stream, until: asyncio.Event) -> None:
+        start = time.monotonic()
+        sent = 0
+        while not until.is_set():
+            delay = start + sent / RATE - time.monotonic()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(until.wait(), delay)
+                    break
+                except asyncio.TimeoutError:
+                    pass
+            task = asyncio.ensure_future(self._one(topic, stream.next_body(), stream))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            sent += 1
+
+    async def drain(self) -> None:
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=30)
+        for p in self.producers:
+            await p.close()
+
+
+def _bodies(node, topic: str) -> set[bytes]:
+    """Every body of ``topic``'s log on ``node`` (``/topic/read`` from offset 0)."""
+    import struct
+    import urllib.request
+
+    out: set[bytes] = set()
+    offset = 0
+    while True:
+        url = f"http://{node.http}/topic/read?topic={topic}&offset={offset}&limit=10000"
+        with node.tester.inside(), urllib.request.urlopen(url, timeout=5) as r:
+            data = r.read()
+            nxt = int(r.headers["X-NSQ-Next-Offset"])
+        pos = 0
+        while pos < len(data):
+            size = struct.unpack_from(">i", data, pos + 34)[0]
+            out.add(Stream.key(data[pos + 38:pos + 38 + size]))
+            pos += 38 + size
+        if nxt <= offset:
+            return out
+        offset = nxt
+
+
+async def _replica_pair(make_cluster, leader_flags: list[str]):
+    cluster = make_cluster(nsqds=2, lookupds=1, nsqd_flags=["--storage=wal"],
+                           lookupd_flags=["--inactive-producer-timeout=6s"])
+    leader, replica = cluster.nsqds
+    leader.flags += leader_flags
+    replica.flags += [f"--replica-of={leader.http}"]
+    for node in (leader, replica):
+        await asyncio.to_thread(node.stop)
+        node.start()
+    for node in (leader, replica):
+        await asyncio.to_thread(node.wait_ready)
+    deadline = time.monotonic() + 15
+    while not (await leader.aget("/replica/status")).get("replicas"):
+        assert time.monotonic() < deadline, f"the replica did not follow:\n{replica.log_tail()}"
+        await asyncio.sleep(0.1)
+    return cluster, leader, replica
+
+
+async def test_leader_lost_with_its_disk_replica_promoted(make_cluster, report):
+    from nsq.client import Consumer
+
+    cluster, leader, replica = await _replica_pair(make_cluster, ["--replica-acks=1", "--replica-timeout=2s"])
+    leader.create("rf", "lib")
+    deadline = time.monotonic() + 15
+    while (await replica.aget("/stats?format=json&topic=rf")).get("topics") in (None, []):
+        assert time.monotonic() < deadline, "the replica did not copy the topic"
+        await asyncio.sleep(0.1)
+
+    stream = Stream("rf").view("Producer (n0, n1) -> Consumer via lookupd")
+    consumer = Consumer("rf", "lib", lambda m: stream.got(m.body), lookupd_http_addresses=cluster.lookupd_http,
+                        lookupd_poll_interval=1.0, max_in_flight=50, identify={"heartbeat_interval": 1000},
+                        reconnect_max_delay=2.0, connect_timeout=2.0)
+    pub = Publisher([leader.tcp, replica.tcp])
+    stop = asyncio.Event()
+    await consumer.start()
+    try:
+        load = asyncio.ensure_future(pub.run("rf", stream, stop))
+        t0 = time.monotonic()
+        await asyncio.sleep(KILL_AT)
+        acked_before = len(stream.acked)
+        leader.kill()
+        shutil.rmtree(leader.dir / "data")  # the leader's disk is gone
+        t_kill = time.monotonic()
+        await asyncio.sleep(PROMOTE_AFTER)
+        promoted = await asyncio.to_thread(replica.post, "/replica/promote", 5)
+        t_promoted = time.monotonic()
+        await asyncio.sleep(AFTER)
+        stop.set()
+        await load
+        await pub.drain()
+        acked_after = len(stream.acked) - acked_before
+        delivered_all = await stream.wait_delivered(30)
+        first_after = min((t for t, _ in stream.deliveries if t > t_promoted), default=None)
+    finally:
+        await consumer.close()
+    note = (f"promoted to epoch {promoted.get('epoch') if isinstance(promoted, dict) else promoted!r}; "
+            f"{acked_after} acknowledged after the kill; refusals {pub.refused}")
+    report(stream.row("leader SIGKILLed, data path deleted, replica promoted", stream.longest_gap(t0, t_kill),
+                      None if first_after is None else first_after - t_kill, note))
+    assert acked_before > 100 and acked_after > 100
+    assert delivered_all, f"{len(stream.lost())} acknowledged messages never delivered"
+    assert not stream.lost()
+
+
+async def test_replica_partitioned_leader_refuses_then_recovers(make_cluster, report):
+    cluster, leader, replica = await _replica_pair(make_cluster, ["--replica-acks=1", "--replica-timeout=1s"])
+    leader.create("rp", "lib")
+    stream = Stream("rp").view("Producer -> leader (acks=1)")
+    pub = Publisher([leader.tcp])
+    stop = asyncio.Event()
+    load = asyncio.ensure_future(pub.run("rp", stream, stop))
+    try:
+        await asyncio.sleep(2.0)
+        cluster.net.partition(replica.host)
+        t_cut = time.monotonic()
+        acked_at_cut = len(stream.acked)
+        await asyncio.sleep(4.0)
+        acked_during = len(stream.acked) - acked_at_cut
+        refused_during = dict(pub.refused)
+        cluster.net.heal(replica.host)
+        t_heal = time.monotonic()
+        await asyncio.sleep(5.0)
+    finally:
+        stop.set()
+        await load
+        await pub.drain()
+    # every acknowledged message is in the replica's copy
+    deadline = time.monotonic() + 20
+    while True:
+        copied = await asyncio.to_thread(_bodies, replica, "rp")
+        missing = stream.acked - copied
+        if not missing:
+            break
+        assert time.monotonic() < deadline, f"{len(missing)} acknowledged messages not on the replica"
+        await asyncio.sleep(0.2)
+    head = len(copied)
+    ok_after_heal = len(stream.acked) - acked_at_cut - acked_during
+    report(Row("replica partitioned 4 s (acks=1, timeout 1 s)", "Producer -> leader; 'delivered': on the replica",
+               len(stream.acked), len(stream.acked & copied), len(stream.acked - copied), 0, None, None,
+               f"{acked_during} acknowledged while cut, refusals {refused_during}, {ok_after_heal} acknowledged "
+               f"in the {time.monotonic() - t_heal:.1f} s after the heal; replica log {head} messages"))
+    assert ok_after_heal > 100, "the leader did not acknowledge again after the heal"
+    assert refused_during, "nothing was refused while the replica was cut off"
+    assert t_cut < t_heal
