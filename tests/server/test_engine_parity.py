@@ -27,13 +27,16 @@ from .helpers import HTTP, Conn
 #: /stats, never in place of one both engines have
 ENGINE_ONLY = {
     "top": {"replication"},  # a topic log can be replicated (docs/operations/replication.md)
+    "text": [re.compile(r"\n\nReplication: [^\n]*(\n   \[[^\n]*)*")],
     "topic": {"head_offset", "synced_offset", "first_offset", "retained_bytes", "oldest_timestamp", "retention_time",
               "retention_bytes"},
     "channel": {"offset", "committed_offset"},
-    "statsd": (".head_offset:", ".retained_bytes:", ".offset:"),
+    "statsd": (".head_offset:", ".retained_bytes:", ".offset:", "replication."),
     "metrics": {"nsq_topic_head_offset", "nsq_topic_synced_offset", "nsq_topic_first_offset",
                 "nsq_topic_retained_bytes", "nsq_topic_retention_seconds", "nsq_topic_retention_bytes",
-                "nsq_topic_oldest_timestamp_seconds", "nsq_channel_offset", "nsq_channel_committed_offset"},
+                "nsq_topic_oldest_timestamp_seconds", "nsq_channel_offset", "nsq_channel_committed_offset",
+                "nsq_replication_leader", "nsq_replication_epoch", "nsq_replication_replicas",
+                "nsq_replication_lag_messages", "nsq_replication_lag_seconds"},
 }
 #: fields that differ between any two runs, whatever the engine
 VOLATILE = {
@@ -69,7 +72,7 @@ def _client(client: dict[str, Any]) -> dict[str, Any]:
 
 
 def scrub_text(text: str) -> str:
-    for pattern in VOLATILE["text"]:
+    for pattern in [*VOLATILE["text"], *ENGINE_ONLY["text"]]:
         text = pattern.sub("", text)
     return text
 

@@ -114,6 +114,16 @@ def expected_from_stats(stats: dict[str, Any], nsqd: NSQD) -> Samples:
                     q = nsqd_metrics.quantile_label(p["quantile"])
                     value = p["value"] / 1e9 if latency["count"] else math.nan
                     out[(E2E, lbl(topic=t["topic_name"], channel=ch["channel_name"], quantile=q))] = value
+    rep = stats.get("replication")
+    if rep is not None:  # --storage=wal (docs/operations/replication.md)
+        leader = rep["role"] == "leader"
+        out[("nsq_replication_leader", ())] = 1.0 if leader else 0.0
+        out[("nsq_replication_epoch", ())] = float(rep["epoch"])
+        out[("nsq_replication_replicas", ())] = float(len(rep["replicas"]) if leader else rep["connected"])
+        out[("nsq_replication_lag_messages", ())] = float(
+            max((r["lag_messages"] for r in rep["replicas"]), default=0) if leader else rep["lag_messages"])
+        out[("nsq_replication_lag_seconds", ())] = float(
+            max((r["lag_seconds"] for r in rep["replicas"]), default=0) if leader else rep["lag_seconds"])
     out[("nsq_clients", ())] = float(len(nsqd.clients))
     out[("nsq_health", ())] = 1.0 if stats["health"] == "OK" else 0.0
     out[("nsq_draining", ())] = 1.0 if nsqd.draining else 0.0

@@ -114,6 +114,12 @@ async def test_replica_refuses_publish_and_subscribe(make_nsqd, tmp_path, sessio
     finally:
         await conn.aclose()
     assert head(replica, "t") == 1 and "new" not in replica.topics and "other" not in replica.topics
+    status, text = await rh.get("/stats")
+    assert status == 200 and f"Replication: replica of 127.0.0.1:{leader.http_port}, epoch 0, connected".encode() in text
+    status, text = await HTTP(session, leader.http_port).get("/stats")
+    assert b"Replication: leader, epoch 0, replica-acks 0, 1 replicas" in text
+    status, metrics = await rh.get("/metrics")
+    assert b"\nnsq_replication_leader 0.0\n" in metrics and b"\nnsq_replication_replicas 1.0\n" in metrics
     stats = await rh.stats()
     assert stats["replication"]["role"] == "replica"
     assert stats["replication"]["leader"] == f"127.0.0.1:{leader.http_port}"

@@ -210,6 +210,7 @@ class NSQDCollector(Collector):
         yield from topic_families
         yield from channel_families
         yield from _log_families(stats)
+        yield from _replication_families(stats)
         if e2e_on:
             yield c_e2e
             yield c_e2e_n
@@ -261,6 +262,32 @@ def _log_families(stats: NSQDStats) -> Iterator[Metric]:
             if ch.committed_offset is not None:
                 committed.add_metric([name, ch.channel_name], ch.committed_offset)
     yield from (head, synced, first, retained, keep_time, keep_bytes, oldest, offset, committed)
+
+
+def _replication_families(stats: NSQDStats) -> Iterator[Metric]:
+    """``--storage=wal``: the node's role, epoch, replicas and lag
+    (docs/operations/replication.md); nothing otherwise."""
+    rep = stats.replication
+    if rep is None:
+        return
+    leader = rep["role"] == "leader"
+    if leader:
+        replicas = len(rep["replicas"])
+        lag_msgs = max((r["lag_messages"] for r in rep["replicas"]), default=0)
+        lag_s = max((r["lag_seconds"] for r in rep["replicas"]), default=0.0)
+    else:
+        replicas = 1 if rep.get("connected") else 0
+        lag_msgs, lag_s = rep["lag_messages"], rep["lag_seconds"]
+    yield GaugeMetricFamily("nsq_replication_leader", "1 on a leader, 0 on a replica (--replica-of).",
+                            value=1 if leader else 0)
+    yield GaugeMetricFamily("nsq_replication_epoch", "The node's leader epoch (one more at each promotion).",
+                            value=rep["epoch"])
+    yield GaugeMetricFamily("nsq_replication_replicas", "On a leader: replicas following it; on a replica: 1 "
+                            "while connected to its leader.", value=replicas)
+    yield GaugeMetricFamily("nsq_replication_lag_messages", "Messages not copied yet: on a leader, the largest "
+                            "lag of its replicas; on a replica, its own.", value=lag_msgs)
+    yield GaugeMetricFamily("nsq_replication_lag_seconds", "How long the copy has been behind (s; 0 while it has "
+                            "everything): the largest of the replicas on a leader.", value=lag_s)
 
 
 # -- the text format, written fast ----------------------------------------------

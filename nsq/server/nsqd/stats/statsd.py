@@ -35,6 +35,11 @@ https://nsq.io/components/nsqd.html#statsd--graphite-integration; behaviour of G
       topic.T.channel.C.clients        g
       topic.T.channel.C.e2e_processing_latency_P g
 
+  with ``--storage=wal`` (beyond Go; docs/operations/replication.md):
+  ``replication.leader`` (1 / 0), ``replication.epoch``,
+  ``replication.lag_messages`` and ``replication.lag_ms`` (the largest of
+  the replicas on a leader, its own on a replica), all gauges;
+
   and with ``--statsd-mem-stats``: ``mem.heap_objects``,
   ``mem.heap_idle_bytes``, ``mem.heap_in_use_bytes``,
   ``mem.heap_released_bytes``, ``mem.gc_pause_usec_100``,
@@ -276,6 +281,13 @@ class StatsdPusher:
             now_topics[name] = (t.message_count, t.message_bytes, now_channels)
         self._last = now_topics
 
+        rep = stats.replication
+        if rep is not None:  # --storage=wal (docs/operations/replication.md)
+            lag = rep["replicas"] if rep["role"] == "leader" else [rep]
+            gauge("replication.leader", 1 if rep["role"] == "leader" else 0)
+            gauge("replication.epoch", rep["epoch"])
+            gauge("replication.lag_messages", max((r["lag_messages"] for r in lag), default=0))
+            gauge("replication.lag_ms", int(1000 * max((r["lag_seconds"] for r in lag), default=0)))
         if self.mem_stats:
             ms = memory_stats()
             for key, value in (("heap_objects", ms.heap_objects), ("heap_idle_bytes", ms.heap_idle_bytes),

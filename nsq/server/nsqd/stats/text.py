@@ -49,6 +49,22 @@ def _duration_s(seconds: float) -> str:
     return format_duration(float(int(seconds)))
 
 
+def _replication_text(rep: dict | None) -> list[str]:
+    """Beyond Go (``--storage=wal``): the node's role, epoch and lag
+    (docs/operations/replication.md); nothing without a topic log."""
+    if rep is None:
+        return []
+    if rep["role"] == "replica":
+        state = "connected" if rep.get("connected") else "not connected"
+        return ["", f"Replication: replica of {rep['leader']}, epoch {rep['epoch']}, {state}, "
+                    f"lag: {rep['lag_messages']} msgs {rep['lag_seconds']:.1f}s"]
+    out = ["", f"Replication: leader, epoch {rep['epoch']}, replica-acks {rep['replica_acks']}, "
+               f"{len(rep['replicas'])} replicas"]
+    for r in rep["replicas"]:
+        out.append(f"   [{r['address']:<21}] lag: {r['lag_messages']} msgs {r['lag_seconds']:.1f}s")
+    return out
+
+
 def render_text(stats: NSQDStats) -> str:
     """The plain-text ``/stats`` report, laid out as Go nsqd's ``printStats``."""
     now = time.time()
@@ -59,6 +75,7 @@ def render_text(stats: NSQDStats) -> str:
         "",
         f"Health: {stats.health}",
     ]
+    lines += _replication_text(stats.replication)
     if stats.memory is not None:
         lines += ["", "Memory:"]
         for key, value in stats.memory.to_json().items():
