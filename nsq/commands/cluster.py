@@ -30,6 +30,9 @@ class _ClusterCommand(GoCommand):
 @click.command(cls=_ClusterCommand, context_settings={"help_option_names": ["-h", "--help"],
                                                        "max_content_width": 120})
 @click.option("-n", "--nsqds", "nsqds", type=int, default=1, show_default=True, help="nsqd processes to start")
+@click.option("--replicas", "replicas", type=int, default=0, show_default=True, metavar="R",
+              help="R replicas of each nsqd (all --storage=wal, each replica --replica-of its nsqd; "
+                   "docs/operations/replication.md)")
 @click.option("--data-path", "data_path", default="", metavar="DIR",
               help="base directory: nsqd i keeps its queues in DIR/nsqd-<i> (created; kept at exit, so a restart "
                    "with the same DIR and -n finds them) (default: a temporary directory, removed at exit)")
@@ -54,7 +57,7 @@ class _ClusterCommand(GoCommand):
 @click.option("--stop-timeout", "stop_timeout", type=GoDuration(), default="1m0s", show_default=True,
               help="at exit, how long to wait for each daemon after SIGTERM before SIGKILL")
 @click.pass_context
-def cluster(ctx: click.Context, nsqds: int, data_path: str, bind: str, base_port: int, lookupd_port: int | None,
+def cluster(ctx: click.Context, nsqds: int, replicas: int, data_path: str, bind: str, base_port: int, lookupd_port: int | None,
             lookupd_tcp: tuple[str, ...], lookupd_http: tuple[str, ...], broadcast_address: str,
             mem_queue_size: int | None, log_level: str, stop_timeout: float) -> None:
     """Run a local cluster in the foreground: one nsqlookupd and N nsqd
@@ -69,7 +72,7 @@ def cluster(ctx: click.Context, nsqds: int, data_path: str, bind: str, base_port
 
     if log_level and log_level.lower() not in ("debug", "info", "warn", "warning", "error", "fatal"):
         fail(f"invalid --log-level {log_level!r} (debug, info, warn, error, fatal)")
-    spec = ClusterSpec(nsqds=nsqds, data_path=data_path, bind=bind, base_port=base_port, lookupd_port=lookupd_port,
+    spec = ClusterSpec(nsqds=nsqds, replicas=replicas, data_path=data_path, bind=bind, base_port=base_port, lookupd_port=lookupd_port,
                        lookupd_tcp_addresses=list(lookupd_tcp), lookupd_http_addresses=list(lookupd_http),
                        broadcast_address=broadcast_address, mem_queue_size=mem_queue_size, log_level=log_level,
                        nsqd_flags=list(ctx.meta.get("nsq.cluster.nsqd_flags", [])), stop_timeout=stop_timeout)

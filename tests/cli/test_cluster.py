@@ -175,6 +175,35 @@ def test_cluster_two_nsqds_through_lookupd_then_sigint(tmp_path):
         c.close()
 
 
+def test_cluster_with_a_replica_of_each_nsqd(tmp_path):
+    """--replicas 1: each nsqd with --storage=wal and a replica of it beside
+    it (docs/operations/replication.md); replicas do not register, and a
+    message published to a leader reaches its replica."""
+    data = tmp_path / "data"
+    c = Cluster(tmp_path, "-n", "2", "--replicas", "1", "--data-path", str(data), "--base-port", "0")
+    try:
+        rows = c.ready()
+        text = c.text()
+        assert set(rows) == {"lookupd", "nsqd-1", "nsqd-1-r1", "nsqd-2", "nsqd-2-r1"}, text
+        assert "registered with lookupd: 2/2 (2 replicas do not register)" in text
+        for i in (1, 2):
+            leader, replica = rows[f"nsqd-{i}"], rows[f"nsqd-{i}-r1"]
+            assert post(leader.http, "/pub?topic=rep", b"hello") == b"OK"
+            deadline = time.monotonic() + 15
+            while True:
+                st = get_json(replica.http, "/stats?format=json&topic=rep")
+                if st.get("topics") and st["topics"][0]["head_offset"] == 1:
+                    break
+                assert time.monotonic() < deadline, c.logs()[-3000:]
+                time.sleep(0.1)
+            assert st["replication"] == {**st["replication"], "role": "replica", "leader": leader.http}
+        producers = get_json(rows["lookupd"].http, "/nodes")["producers"]
+        assert len(producers) == 2
+        assert c.stop(signal.SIGINT) == 0, c.logs()[-3000:]
+    finally:
+        c.close()
+
+
 def test_cluster_keeps_data_across_restarts_and_names_idle_nsqds(tmp_path):
     data = tmp_path / "data"
     first = Cluster(tmp_path, "-n", "2", "--data-path", str(data), "--base-port", "0", name="first")

@@ -109,8 +109,8 @@ def _bodies(node, topic: str) -> set[bytes]:
         offset = nxt
 
 
-async def _replica_pair(make_cluster, leader_flags: list[str]):
-    cluster = make_cluster(nsqds=2, lookupds=1, nsqd_flags=["--storage=wal"],
+async def _replica_pair(make_cluster, leader_flags: list[str], clients: tuple[str, ...] = ()):
+    cluster = make_cluster(nsqds=2, lookupds=1, clients=clients, nsqd_flags=["--storage=wal"],
                            lookupd_flags=["--inactive-producer-timeout=6s"])
     leader, replica = cluster.nsqds
     leader.flags += leader_flags
@@ -213,3 +213,45 @@ async def test_replica_partitioned_leader_refuses_then_recovers(make_cluster, re
     assert ok_after_heal > 100, "the leader did not acknowledge again after the heal"
     assert refused_during, "nothing was refused while the replica was cut off"
     assert t_cut < t_heal
+
+
+async def test_async_replica_lag_and_loss_bounded_by_it(make_cluster, report):
+    """``--replica-acks=0``: the replica follows within 1 s under a steady
+    load; the leader lost with its disk, the replica promoted, what is lost
+    is at most the lag at the kill (counted)."""
+    cluster, leader, replica = await _replica_pair(make_cluster, [], clients=("c0",))
+    leader.create("ra", "lib")
+    stream = Stream("ra").view("Producer -> leader (acks=0); 'delivered': on the promoted replica")
+    pub = Publisher([leader.tcp])
+    stop = asyncio.Event()
+    lags: list[float] = []
+    # full rate: Go's bench_writer load (MPUB 200) from another host, the lag sampled meanwhile
+    bench = cluster.nsq(cluster.clients["c0"], "bench", "bench", "writer", f"--nsqd-tcp-address={leader.tcp}",
+                        "--topic=ra_bulk", "--runfor=4s", "--size=200", "--batch-size=200")
+    load = asyncio.ensure_future(pub.run("ra", stream, stop))
+    try:
+        t_end = time.monotonic() + 5.0
+        while time.monotonic() < t_end:
+            st = await leader.aget("/replica/status")
+            reps = st.get("replicas") or []
+            assert reps, "the replica is not following"
+            lags.append(max(r["lag_seconds"] for r in reps))
+            await asyncio.sleep(0.1)
+        assert await bench.wait(30) == 0, bench.stderr()
+        bulk = (await leader.aget("/stats?format=json&topic=ra_bulk"))["topics"][0]["head_offset"]
+        lag_msgs = (await leader.aget("/replica/status"))["replicas"][0]["lag_messages"]
+        leader.kill()
+        shutil.rmtree(leader.dir / "data")
+        stop.set()
+        await load
+        await pub.drain()
+        await asyncio.to_thread(replica.post, "/replica/promote", 5)
+    finally:
+        stop.set()
+    copied = await asyncio.to_thread(_bodies, replica, "ra")
+    lost = stream.acked - copied
+    report(Row("leader lost with acks=0, replica promoted", stream.label, len(stream.acked), len(stream.acked & copied),
+               len(lost), 0, None, None, f"replica lag max {max(lags):.2f} s over {len(lags)} samples while "
+               f"bench_writer published {bulk} messages in 4 s; lag at the kill {lag_msgs} msgs"))
+    assert max(lags) < 1.0
+    assert len(lost) <= max(lag_msgs, 0) + 5, f"{len(lost)} lost, lag was {lag_msgs}"

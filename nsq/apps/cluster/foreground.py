@@ -17,7 +17,7 @@ __all__ = ["TableRow", "format_table", "parse_table", "run"]
 
 #: a row of the table :func:`run` prints: name, tcp, http, pid ("-": not
 #: started here), data ("-": none)
-_ROW = re.compile(r"^(lookupd|nsqd-\d+)\s+(\S+)\s+(\S+)\s+(\d+|-)\s+(\S+)\s*$")
+_ROW = re.compile(r"^(lookupd|nsqd-\d+(?:-r\d+)?)\s+(\S+)\s+(\S+)\s+(\d+|-)\s+(\S+)\s*$")
 
 
 def format_table(cluster: ProcessCluster) -> list[str]:
@@ -185,7 +185,9 @@ async def _footer(cluster: ProcessCluster) -> list[str]:
         lines.append(f"every nsqd also has: {' '.join(extra)}")
     lookupds = cluster.lookupd_http_addresses
     if lookupds:
-        lines.append(f"registered with lookupd: {await cluster.wait_registered()}/{len(cluster.nsqds)}")
+        replicas = len(cluster.nsqds) - len(cluster.registering)
+        lines.append(f"registered with lookupd: {await cluster.wait_registered()}/{len(cluster.registering)}"
+                     + (f" ({replicas} replicas do not register)" if replicas else ""))
     nsq = display_command()
     lines.append("producers: " + " ".join(f"--nsqd-tcp-address={a}" for a in cluster.nsqd_tcp_addresses)
                  + (" (one nsqd each, or round robin)" if len(cluster.nsqds) > 1 else ""))

@@ -127,11 +127,13 @@ class ProcessCluster:
             self.lookupd = Daemon("lookupd", [*command, "lookupd", f"--tcp-address={fmt_addr(bind, ltcp)}",
                                               f"--http-address={fmt_addr(bind, lhttp)}", *common],
                                   fmt_addr(host, ltcp), fmt_addr(host, lhttp))
+        per = 1 + spec.replicas  # a leader and its replicas, side by side
+        count = spec.nsqds * per
         if spec.base_port:
-            pairs = port_pairs(spec.base_port, spec.nsqds, skip)
+            pairs = port_pairs(spec.base_port, count, skip)
         else:
             pairs = []
-            while len(pairs) < spec.nsqds:
+            while len(pairs) < count:
                 pair = (free_port(host), free_port(host))
                 if not set(pair) & set(skip) and pair[0] != pair[1] and pair not in pairs:
                     pairs.append(pair)
@@ -139,8 +141,10 @@ class ProcessCluster:
             if self.temporary and not self.data_path:
                 self.data_path = tempfile.mkdtemp(prefix="nsq-cluster-")
             os.makedirs(self.data_path, exist_ok=True)
-            for i in range(1, len(pairs) + 1):
-                os.makedirs(os.path.join(self.data_path, f"nsqd-{i}"), exist_ok=True)
+            names = [f"nsqd-{i}" if k == 0 else f"nsqd-{i}-r{k}"
+                     for i in range(1, spec.nsqds + 1) for k in range(per)]
+            for name in names:
+                os.makedirs(os.path.join(self.data_path, name), exist_ok=True)
         except OSError as exc:
             raise ClusterError(f"cannot make the data path {exc.filename or self.data_path}: "
                                f"{exc.strerror or exc}") from None
@@ -148,12 +152,20 @@ class ProcessCluster:
         lookupds = [f"--lookupd-tcp-address={a}" for a in self.lookupd_tcp_addresses]
         mem = [f"--mem-queue-size={spec.mem_queue_size}"] if spec.mem_queue_size is not None else []
         self.nsqds = []
-        for i, (tcp, http) in enumerate(pairs, 1):
-            data = os.path.join(self.data_path, f"nsqd-{i}")
+        leader_http = ""
+        for i, ((tcp, http), name) in enumerate(zip(pairs, names), 1):
+            data = os.path.join(self.data_path, name)
+            role = []
+            if spec.replicas:
+                role = ["--storage=wal"]
+                if (i - 1) % per == 0:
+                    leader_http = fmt_addr(host, http)
+                else:
+                    role.append(f"--replica-of={leader_http}")
             argv = [*command, "nsqd", f"--tcp-address={fmt_addr(bind, tcp)}",
                     f"--http-address={fmt_addr(bind, http)}", "--https-address=", f"--data-path={data}",
-                    f"--node-id={(node0 + i - 1) % 1024}", *common, *lookupds, *mem, *spec.nsqd_flags]
-            self.nsqds.append(Daemon(f"nsqd-{i}", argv, fmt_addr(host, tcp), fmt_addr(host, http), data))
+                    f"--node-id={(node0 + i - 1) % 1024}", *common, *lookupds, *mem, *role, *spec.nsqd_flags]
+            self.nsqds.append(Daemon(name, argv, fmt_addr(host, tcp), fmt_addr(host, http), data))
 
     def idle_data(self) -> list[str]:
         """``nsqd-<k>`` directories under the data path with files in them
@@ -166,7 +178,7 @@ class ProcessCluster:
             return []
         for name in sorted(names, key=lambda n: (len(n), n)):
             path = os.path.join(self.data_path, name)
-            if re.fullmatch(r"nsqd-\d+", name) and name not in ours and os.path.isdir(path) and os.listdir(path):
+            if re.fullmatch(r"nsqd-\d+(-r\d+)?", name) and name not in ours and os.path.isdir(path) and os.listdir(path):
                 found.append(name)
         return found
 
@@ -256,12 +268,17 @@ class ProcessCluster:
                                        f"within {timeout:.0f} s")
                 await asyncio.sleep(0.05)
 
+    @property
+    def registering(self) -> list[Daemon]:
+        """The nsqds that register with the lookupds (a replica does not)."""
+        return [d for d in self.nsqds if not any(a.startswith("--replica-of=") for a in d.argv)]
+
     async def registered(self) -> int:
         """How many of our nsqds the lookupds list in ``/nodes`` (by their
         TCP and HTTP ports); 0 when no lookupd HTTP address is known."""
         import json
 
-        ports = {(split_host_port(d.tcp)[1], split_host_port(d.http)[1]) for d in self.nsqds}
+        ports = {(split_host_port(d.tcp)[1], split_host_port(d.http)[1]) for d in self.registering}
         seen: set[tuple[int, int]] = set()
         for address in self.lookupd_http_addresses:
             status, body = await http_get(address, "/nodes", 5.0)
@@ -282,7 +299,7 @@ class ProcessCluster:
         deadline = loop.time() + timeout
         while True:
             n = await self.registered()
-            if n >= len(self.nsqds) or loop.time() > deadline:
+            if n >= len(self.registering) or loop.time() > deadline:
                 return n
             await asyncio.sleep(0.1)
 

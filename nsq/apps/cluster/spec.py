@@ -28,8 +28,10 @@ class ClusterError(Exception):
 class ClusterSpec:
     """What to start (the ``nsq cluster`` flags)."""
 
-    #: how many nsqd processes
+    #: how many nsqd processes (leaders, with ``replicas``)
     nsqds: int = 1
+    #: replicas per nsqd (``--storage=wal --replica-of``; docs/operations/replication.md)
+    replicas: int = 0
     #: base directory holding ``nsqd-<i>``; "" = a temporary one removed at exit
     data_path: str = ""
     #: the address every listener binds
@@ -61,6 +63,8 @@ class ClusterSpec:
             ClusterError: a setting that cannot work."""
         if self.nsqds < 1:
             raise ClusterError("-n/--nsqds must be at least 1")
+        if self.replicas < 0:
+            raise ClusterError("--replicas must not be negative")
         if not 0 <= self.base_port <= 65535:
             raise ClusterError(f"--base-port {self.base_port} is not a port")
         if self.lookupd_port is not None and not 0 <= self.lookupd_port <= 65534:
