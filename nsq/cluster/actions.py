@@ -16,6 +16,7 @@ delete_channel       lookupds ``POST /channel/delete``, then each producer
                      that has the topic
 tombstone_topic_     lookupds ``POST /topic/tombstone?topic=&node=``, then
 producer             ``POST /topic/delete`` on that nsqd (as nsqadmin)
+promote_node         ``POST /replica/promote`` on one replica (beyond nsqadmin)
 drain_node           ``POST /drain`` on one nsqd (beyond nsqadmin: this
                      project's nsqd drains, then exits; Go nsqd answers 404)
 rewind_channel       ``POST /channel/rewind?topic=&channel=&since=`` on each
@@ -433,6 +434,25 @@ class Admin:
                 result.errors.append("this nsqd has no drain (Go nsqd)")
             else:
                 result.errors.append(str(exc))
+        else:
+            result.done += 1
+        return await self._finish(result)
+
+    async def promote_node(self, node: str, address: str = "") -> ActionResult:
+        """Promote the replica ``node`` to leader (``POST /replica/promote``;
+        docs/operations/replication.md): a new epoch, publishes accepted,
+        registered with its lookupds. A leader answers 400 ``NOT_A_REPLICA``,
+        Go nsqd 404; both are reported.
+
+        Args:
+            node: names the nsqd in the result and the notification.
+            address: where its HTTP API answers; default ``node``.
+        """
+        result = ActionResult("promote_node", "", node=node, outcome="promoted to leader")
+        try:
+            await self.cluster.nsqd.post(address or node, "/replica/promote")
+        except HTTPAPIError as exc:
+            result.errors.append("this nsqd has no replication (Go nsqd)" if exc.status == 404 else str(exc))
         else:
             result.done += 1
         return await self._finish(result)

@@ -428,6 +428,11 @@ class NodeInfo:
         error: why its ``/stats`` (or ``/info``) could not be read ("" if it could).
         address: the ``--nsqd-http-address`` it was given as ("" when
             found through lookupd); its API is asked there.
+        replication: its ``/stats`` ``replication`` object (role, epoch,
+            leader or replicas and lag; docs/operations/replication.md), or
+            None (no topic log, or Go nsqd).
+        replica_only: a replica found through its leader (it registers with
+            no lookupd): listed, not counted in the topics' figures.
     """
 
     hostname: str
@@ -440,6 +445,23 @@ class NodeInfo:
     out_of_date: bool = False
     error: str = ""
     address: str = ""
+    replication: dict[str, Any] | None = None
+    replica_only: bool = False
+
+    @property
+    def role(self) -> str:
+        """``leader, 1 replica, lag 0`` / ``replica of H:P, lag 3 (0.2s)`` / ``-``."""
+        rep = self.replication
+        if not rep:
+            return "-"
+        if rep.get("role") == "replica":
+            state = "" if rep.get("connected") else ", not connected"
+            return f"replica of {rep.get('leader')}{state}, lag {rep.get('lag_messages', 0)} " \
+                   f"({float(rep.get('lag_seconds', 0)):.1f}s)"
+        replicas = rep.get("replicas") or []
+        lag = max((r.get("lag_messages", 0) for r in replicas), default=0)
+        return f"leader (epoch {rep.get('epoch', 0)}), {len(replicas)} replica{'' if len(replicas) == 1 else 's'}" \
+               + (f", lag {lag}" if replicas else "")
 
     @property
     def api_address(self) -> str:

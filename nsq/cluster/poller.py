@@ -161,6 +161,30 @@ class Cluster:
             nodes.append(node)
         return nodes
 
+    async def _replicas(self, nodes: list[NodeInfo], errors: list[NodeError]) -> list[NodeInfo]:
+        """The replicas the leaders among ``nodes`` name that are not listed
+        yet (a replica registers with no lookupd), with their role."""
+        known = {n.http_address for n in nodes} | {n.api_address for n in nodes}
+        wanted = sorted({str(r.get("address")) for n in nodes if n.replication
+                         for r in n.replication.get("replicas") or [] if r.get("address")} - known)
+        found = []
+        for address in wanted:
+            host, _, port = address.rpartition(":")
+            try:
+                info = await self.nsqd.info(address)
+                stats = await self.nsqd.stats(address)
+            except HTTPAPIError as exc:
+                errors.append(NodeError("nsqd", address, str(exc)))
+                continue
+            rep = stats.get("replication")
+            found.append(NodeInfo(hostname=str(info.get("hostname") or host),
+                                  broadcast_address=str(info.get("broadcast_address") or host),
+                                  tcp_port=int(info.get("tcp_port") or 0), http_port=int(port) if port.isdigit() else 0,
+                                  version=str(info.get("version") or ""), replication=rep if isinstance(rep, dict) else None,
+                                  replica_only=True,
+                                  topics=sorted((str(t.get("topic_name")), False) for t in stats.get("topics") or [])))
+        return found
+
     # -- poll ----------------------------------------------------------------------
 
     #: topics whose lookupd channel lists are asked for at each poll
@@ -194,7 +218,13 @@ class Cluster:
                 raise stats
             if not self.lookupd_addresses:
                 node.topics = sorted((str(t.get("topic_name")), False) for t in stats.get("topics") or [])
+            rep = stats.get("replication")
+            node.replication = rep if isinstance(rep, dict) else None
+            if node.replication is not None and node.replication.get("role") == "replica":
+                node.replica_only = True  # a copy: its figures would count the leader's messages twice
+                continue
             per_node.append((node, stats))
+        nodes += await self._replicas(nodes, errors)
         newest = max((version_tuple(n.version) for n in nodes if n.version), default=(0,))
         for n in nodes:
             n.out_of_date = bool(n.version) and version_tuple(n.version) < newest

@@ -46,6 +46,7 @@ KEYS: list[tuple[str, list[tuple[str, str, bool]]]] = [
         ("enter", "open the nsqd (also from the nsqd rows of a topic or channel)", False),
         ("l", "show each nsqd's lookupd connections (again: their count)", False),
         ("D", "drain the selected nsqd (then it exits)", True),
+        ("P", "promote the selected replica to leader (docs/operations/replication.md)", True),
     ]),
     ("Node", [
         ("enter", "open the topic or channel", False),
@@ -70,4 +71,4 @@ WIDE_FROM = {"topics": 110, "topic-nodes": 112, "channels": 152, "channel-nodes"
              "sparks": 120, "topic-log": 130, "topic-log-times": 100}
 
 #: every action that changes the cluster (none of them in read-only mode)
-ADMIN_ACTIONS = frozenset({"create", "pause", "empty", "delete", "tombstone", "drain", "rewind"})
+ADMIN_ACTIONS = frozenset({"create", "pause", "empty", "delete", "tombstone", "drain", "rewind", "promote"})

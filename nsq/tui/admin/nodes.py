@@ -1,7 +1,9 @@
 """The Nodes screen: the nsqds (version, ports, lookupd connections,
-topics and tombstones) and the lookupds (nsqadmin's
-``nsqadmin/static/html/nodes.hbs`` and ``lookup.hbs``); ``D`` drains the
-selected nsqd (``POST /drain``, beyond nsqadmin)."""
+topics and tombstones, and beyond nsqadmin their replication role and lag)
+and the lookupds (nsqadmin's ``nsqadmin/static/html/nodes.hbs`` and
+``lookup.hbs``); ``D`` drains the selected nsqd (``POST /drain``), ``P``
+promotes the selected replica to leader (``POST /replica/promote``; both
+beyond nsqadmin; docs/operations/replication.md)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ class NodesScreen(AdminScreen):
     BINDINGS: ClassVar = [
         Binding("l", "lookupd_addresses", "Lookupd addrs"),
         Binding("D", "drain", "Drain"),
+        Binding("P", "promote", "Promote"),
         Binding("1", "app.mode('topics')", "Topics"),
     ]
 
@@ -47,7 +50,7 @@ class NodesScreen(AdminScreen):
 
     def _columns(self) -> None:
         set_columns(self.query_one("#nodes", DataTable),
-                     ["Hostname", "Broadcast Address", "TCP", "HTTP", "Version", "Lookupds", "Topics"])
+                     ["Hostname", "Broadcast Address", "TCP", "HTTP", "Version", "Lookupds", "Role", "Topics"])
         set_columns(self.query_one("#lookupds", DataTable), ["Address", "Version", "Status"])
 
     def show_body(self, snapshot: ClusterSnapshot) -> None:
@@ -83,8 +86,9 @@ class NodesScreen(AdminScreen):
                     "bold yellow" if n_lookupds and len(node.remote_addresses) != n_lookupds else "")
         if expand and node.remote_addresses:
             conns = Text("\n".join(node.remote_addresses), style=conns.style)
+        role = Text(node.role, style="bold magenta" if node.replica_only else "")
         return [Text(node.hostname, style=style or "bold"), node.broadcast_address, num(node.tcp_port or "-"),
-                num(node.http_port or "-"), version, conns, topics]
+                num(node.http_port or "-"), version, conns, role, topics]
 
     def selected(self) -> NodeInfo | None:
         """The nsqd under the cursor."""
@@ -109,6 +113,19 @@ class NodesScreen(AdminScreen):
         self._columns()
         if self.admin_app.snapshot is not None:
             self.show_body(self.admin_app.snapshot)
+
+    def action_promote(self) -> None:
+        node = self.selected()
+        if node is None:
+            return
+        name, address = node.http_address, node.api_address
+        if not (node.replication and node.replication.get("role") == "replica"):
+            self.notify(f"{name} is not a replica: only a replica can be promoted", severity="warning")
+            return
+        leader = node.replication.get("leader")
+        self.confirm(f"Promote replica {name} to leader? It takes a new epoch, stops following {leader}, accepts "
+                     "publishes and registers with its lookupds. Make sure the old leader is down: two leaders "
+                     "would both accept publishes.", "Promote", lambda a: a.promote_node(name, address))
 
     def action_drain(self) -> None:
         node = self.selected()
