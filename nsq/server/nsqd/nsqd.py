@@ -427,10 +427,12 @@ class NSQD:
 
     def persist_metadata_soon(self) -> None:
         """Write ``nsqd.dat`` soon, once for many changes (:meth:`MetadataStore.persist_soon`)."""
+        self.replication.changed()
         self.metadata.persist_soon()
 
     def persist_metadata(self) -> None:
         """Write ``nsqd.dat`` now (:meth:`MetadataStore.persist`)."""
+        self.replication.changed()
         self.metadata.persist()
 
     def set_health(self, error: str | None) -> None:

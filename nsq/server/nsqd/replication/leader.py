@@ -47,7 +47,8 @@ class Session:
         acked_at: per topic, when (monotonic s) it last caught up with the
             leader's head then (its lag in seconds is measured from there).
         sent: per topic, the offset the next page starts at.
-        wake: set on each append.
+        dirty: the topics appended to since the sender last looked.
+        changed: topics or channels changed since the last state message.
     """
 
     def __init__(self, address: str, node_id: int) -> None:
@@ -56,8 +57,16 @@ class Session:
         self.acked: dict[str, int] = {}
         self.acked_at: dict[str, float] = {}
         self.sent: dict[str, int] = {}
-        self.wake = asyncio.Event()
+        self.dirty: set[str] = set()
+        self.changed = False
         self.connected_at = time.time()
+        self.waiter: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        """Wake the sender (an append, a change, the state's time)."""
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
 
 
 class Acks:
@@ -240,24 +249,31 @@ async def _send(ws: web.WebSocketResponse, nsqd: ReplicationHost, repl: Replicat
     interval = max(0.05, nsqd.options.sync_timeout)
     next_state = 0.0
     shape: dict[str, set[str]] | None = None
-    marks: tuple[Any, ...] = ()
+    loop = asyncio.get_running_loop()
     try:
         while not ws.closed and not nsqd.exiting:
-            sess.wake.clear()
-            topics = _wal_topics(nsqd)
-            now_shape = _shape(topics)
-            now_marks = tuple((n, t.paused, tuple(ch.paused for ch in t.channels.values())) for n, t in topics.items())
-            if now_shape != shape or now_marks != marks or time.monotonic() >= next_state:
+            now = time.monotonic()
+            if sess.changed or now >= next_state:  # every topic, and the state
+                sess.changed = False
+                topics = _wal_topics(nsqd)
+                now_shape = _shape(topics)
                 state = leader_state(nsqd, repl)
                 if shape is not None:
                     state["deleted_topics"] = sorted(set(shape) - set(now_shape))
                     state["deleted_channels"] = {n: sorted(cs - now_shape[n]) for n, cs in shape.items()
                                                  if n in now_shape and cs - now_shape[n]}
-                shape, marks = now_shape, now_marks
-                next_state = time.monotonic() + interval
+                shape = now_shape
+                next_state = now + interval
                 await ws.send_str(json.dumps(state))
-            for name, topic in topics.items():
-                tlog = topic.store.log
+                names = list(topics)
+            else:
+                names = list(sess.dirty)
+            sess.dirty.clear()
+            for name in names:
+                topic = nsqd.topics.get(name)
+                tlog = getattr(topic.store, "log", None) if topic is not None and not topic.ephemeral else None
+                if tlog is None or topic is None or topic.deleted:
+                    continue
                 off = max(sess.sent.get(name, tlog.first), tlog.first)
                 while off < tlog.head and not ws.closed:
                     data, count, base = tlog.read_raw(off, PAGE)
@@ -268,10 +284,15 @@ async def _send(ws: web.WebSocketResponse, nsqd: ReplicationHost, repl: Replicat
                 sess.sent[name] = off
             if ws.closed or nsqd.exiting:
                 break
+            if sess.dirty or sess.changed:
+                continue
+            sess.waiter = fut = loop.create_future()
+            timer = loop.call_later(max(0.0, next_state - time.monotonic()), sess.wake)
             try:
-                await asyncio.wait_for(sess.wake.wait(), timeout=max(0.0, next_state - time.monotonic()))
-            except asyncio.TimeoutError:
-                pass
+                await fut
+            finally:
+                timer.cancel()
+                sess.waiter = None
     except (ConnectionError, RuntimeError) as exc:
         log.info("REPLICA(%s): send failed - %s", sess.address, exc)
     except asyncio.CancelledError:

@@ -153,9 +153,17 @@ class Replication:
             if tlog is not None:
                 tlog.on_append = hook
 
+    def changed(self) -> None:
+        """Topics or channels were made, deleted, paused or unpaused: the
+        replicas get the state now (nsqd.dat is rewritten for the same)."""
+        for sess in self.sessions:
+            sess.changed = True
+            sess.wake()
+
     def _appended(self, tlog: TopicLog) -> None:
         for sess in self.sessions:
-            sess.wake.set()
+            sess.dirty.add(tlog.name)
+            sess.wake()
         if self.acks.n and not self.nsqd.replica_of:
             self.acks.owe(tlog.name, tlog.head)
             self.nsqd.disk.owe(self)  # type: ignore[arg-type]
