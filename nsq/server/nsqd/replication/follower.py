@@ -100,7 +100,7 @@ class Follower:
         self._session = aiohttp.ClientSession()
         while True:
             try:
-                async with self._session.ws_connect(url, max_msg_size=0, heartbeat=10.0,
+                async with self._session.ws_connect(url, max_msg_size=0, heartbeat=10.0, compress=0,
                                                     timeout=aiohttp.ClientWSTimeout(ws_close=2.0)) as ws:
                     await self._follow(ws)
                     backoff = 0.1
