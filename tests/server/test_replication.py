@@ -213,10 +213,11 @@ async def test_bad_frames_reconnect_without_damage(make_nsqd, tmp_path, session)
     assert head(replica, "t") == 3
     assert segments(replica, "t") == segments(leader, "t")
     async with aiohttp.ClientSession() as s:
-        async with s.ws_connect(f"http://127.0.0.1:{leader.http_port}/replica/stream") as ws:
-            await ws.send_str("not json")
-            msg = await ws.receive(timeout=5)
-            assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        for garbage in ("not json", "[1, 2]", '{"topics": {"t": {"head": "x"}}}', '{"topics": [1]}'):
+            async with s.ws_connect(f"http://127.0.0.1:{leader.http_port}/replica/stream") as ws:
+                await ws.send_str(garbage)
+                msg = await ws.receive(timeout=5)
+                assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED), garbage
     assert (await lh.post("/pub", data="d", topic="t"))[0] == 200
     await wait_for(lambda: head(replica, "t") == 4, timeout=10)
 

@@ -167,11 +167,7 @@ class Follower:
         if topic is None:
             if not is_valid_topic_name(name) or name.endswith("#ephemeral"):
                 raise ReplicationError(f"records of an invalid topic {name!r}")
-            self.repl.applying = True
-            try:
-                topic = self.nsqd.get_topic(name)
-            finally:
-                self.repl.applying = False
+            topic = self.nsqd.get_topic(name)
         return topic
 
     def _records(self, frame: bytes) -> tuple[str, int]:
@@ -205,24 +201,19 @@ class Follower:
             return
         nsqd = self.nsqd
         topics: dict[str, Any] = state.get("topics") or {}
-        self.repl.applying = True
-        try:
-            for name in state.get("deleted_topics") or []:
-                if nsqd.topics.get(name) is not None:
-                    log.info("REPLICA: topic %s deleted on the leader", name)
-                    nsqd.delete_topic(name)
-            gone = state.get("deleted_channels") or {}
-            for name, cnames in gone.items():
-                topic = nsqd.topics.get(name)
-                if topic is not None:
-                    for cname in cnames:
-                        topic.delete_channel(cname)
-            for name, info in topics.items():
-                if not is_valid_topic_name(name) or name.endswith("#ephemeral"):
-                    continue
+        for name in state.get("deleted_topics") or []:
+            if nsqd.topics.get(name) is not None:
+                log.info("REPLICA: topic %s deleted on the leader", name)
+                nsqd.delete_topic(name)
+        gone = state.get("deleted_channels") or {}
+        for name, cnames in gone.items():
+            topic = nsqd.topics.get(name)
+            if topic is not None:
+                for cname in cnames:
+                    topic.delete_channel(cname)
+        for name, info in topics.items():
+            if is_valid_topic_name(name) and not name.endswith("#ephemeral"):
                 self._apply_topic(name, info)
-        finally:
-            self.repl.applying = False
         self.leader_heads = {n: int(t.get("head", 0)) for n, t in topics.items()}
         if not self.lag_messages():
             self.caught_up_at = time.monotonic()

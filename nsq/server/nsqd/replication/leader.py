@@ -183,7 +183,16 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
         log.error("REPLICA(%s): bad hello - %s", request.remote, exc)
         await ws.close()
         return ws
-    refusal = repl.refuse_replica(hello)
+    try:
+        if not isinstance(hello, dict) or not isinstance(hello.get("topics") or {}, dict):
+            raise ValueError(f"not a hello: {str(hello)[:80]!r}")
+        refusal = repl.refuse_replica(hello)
+        wanted = {str(name): (int(have.get("head", 0)), [[int(e), int(o)] for e, o in have.get("epochs") or []])
+                  for name, have in (hello.get("topics") or {}).items()}
+    except (ValueError, TypeError, AttributeError) as exc:
+        log.error("REPLICA(%s): bad hello - %s", request.remote, exc)
+        await ws.close()
+        return ws
     if refusal:
         log.error("REPLICA(%s): refused - %s", request.remote, refusal)
         await ws.send_json({"type": "refused", "message": refusal})
@@ -192,13 +201,12 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
     sess = Session(str(hello.get("address", request.remote)), int(hello.get("node_id", 0)))
     topics = _wal_topics(nsqd)
     cuts = {}
-    for name, have in (hello.get("topics") or {}).items():
+    for name, (head, epochs) in wanted.items():
         topic = topics.get(name)
         if topic is None:
             continue
         tlog = topic.store.log
-        head = int(have.get("head", 0))
-        cut = divergence(repl.epochs_of(tlog), tlog.head, have.get("epochs") or [], head)
+        cut = divergence(repl.epochs_of(tlog), tlog.head, epochs, head)
         if cut < head:
             cuts[name] = cut
         sess.sent[name] = cut

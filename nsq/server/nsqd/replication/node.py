@@ -71,8 +71,6 @@ class Replication:
         self.acks = Acks(opts.replica_acks, opts.replica_timeout)
         self.acks.sessions = self.sessions
         self.follower: Follower | None = None
-        #: True while the follower creates or deletes topics and channels
-        self.applying = False
         self._epochs: dict[str, list[list[int]]] = {}
 
     # -- start, stop -----------------------------------------------------------------
