@@ -449,21 +449,6 @@ class NodeInfo:
     replica_only: bool = False
 
     @property
-    def role(self) -> str:
-        """``leader, 1 replica, lag 0`` / ``replica of H:P, lag 3 (0.2s)`` / ``-``."""
-        rep = self.replication
-        if not rep:
-            return "-"
-        if rep.get("role") == "replica":
-            state = "" if rep.get("connected") else ", not connected"
-            return f"replica of {rep.get('leader')}{state}, lag {rep.get('lag_messages', 0)} " \
-                   f"({float(rep.get('lag_seconds', 0)):.1f}s)"
-        replicas = rep.get("replicas") or []
-        lag = max((r.get("lag_messages", 0) for r in replicas), default=0)
-        return f"leader (epoch {rep.get('epoch', 0)}), {len(replicas)} replica{'' if len(replicas) == 1 else 's'}" \
-               + (f", lag {lag}" if replicas else "")
-
-    @property
     def api_address(self) -> str:
         """Where to send HTTP requests: ``address`` if given, else ``http_address``."""
         return self.address or self.http_address

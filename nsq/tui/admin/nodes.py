@@ -22,6 +22,22 @@ from nsq.tui.widgets import fill_table, num, set_columns
 __all__ = ["NodesScreen"]
 
 
+def role_text(rep: dict[str, Any] | None) -> str:
+    """``leader (epoch 0), 1 replica, lag 0`` / ``replica of H:P, lag 3
+    (0.2s)`` / ``-`` (no topic log, or Go nsqd) from ``/stats``'
+    ``replication`` object (docs/operations/replication.md)."""
+    if not rep:
+        return "-"
+    if rep.get("role") == "replica":
+        state = "" if rep.get("connected") else ", not connected"
+        return f"replica of {rep.get('leader')}{state}, lag {rep.get('lag_messages', 0)} " \
+               f"({float(rep.get('lag_seconds', 0)):.1f}s)"
+    replicas = rep.get("replicas") or []
+    lag = max((r.get("lag_messages", 0) for r in replicas), default=0)
+    return f"leader (epoch {rep.get('epoch', 0)}), {len(replicas)} replica{'' if len(replicas) == 1 else 's'}" \
+        + (f", lag {lag}" if replicas else "")
+
+
 class NodesScreen(AdminScreen):
     """The nsqds and the lookupds."""
 
@@ -86,7 +102,7 @@ class NodesScreen(AdminScreen):
                     "bold yellow" if n_lookupds and len(node.remote_addresses) != n_lookupds else "")
         if expand and node.remote_addresses:
             conns = Text("\n".join(node.remote_addresses), style=conns.style)
-        role = Text(node.role, style="bold magenta" if node.replica_only else "")
+        role = Text(role_text(node.replication), style="bold magenta" if node.replica_only else "")
         return [Text(node.hostname, style=style or "bold"), node.broadcast_address, num(node.tcp_port or "-"),
                 num(node.http_port or "-"), version, conns, role, topics]
 
