@@ -146,18 +146,23 @@ def materialize(tree: dict[str, bytes | None], path: str) -> None:
 BIG = 1 << 20
 
 
+def _note(rec: Recovered, where: tuple[str, str], bodies: list[bytes]) -> None:
+    """Count each body's key found at ``where`` (topic, channel); a damaged one is recorded too."""
+    counter = rec.found.setdefault(where, Counter())
+    for body in bodies:
+        key, intact = parse_body(body)
+        if key is None or not intact:
+            rec.damaged.append(f"{where[0]}/{where[1]}: {body[:40]!r}... ({len(body)} bytes)")
+            if key is None:
+                continue
+        counter[key] += 1
+
+
 def _collect(d: Any, rec: Recovered) -> None:
     from nsq.server.nsqd.storage.message import decode_entries
 
     def note(where: tuple[str, str], bodies: list[bytes]) -> None:
-        counter = rec.found.setdefault(where, Counter())
-        for body in bodies:
-            key, intact = parse_body(body)
-            if key is None or not intact:
-                rec.damaged.append(f"{where[0]}/{where[1]}: {body[:40]!r}... ({len(body)} bytes)")
-                if key is None:
-                    continue
-            counter[key] += 1
+        _note(rec, where, bodies)
 
     for tname, topic in list(d.topics.items()):
         held: list[bytes] = [e[1] for e in topic.queue]
@@ -188,14 +193,7 @@ async def _consume(d: Any, rec: Recovered, quiet: float = 0.05) -> None:
     from ..server.helpers import Conn
 
     def note(where: tuple[str, str], bodies: list[bytes]) -> None:
-        counter = rec.found.setdefault(where, Counter())
-        for body in bodies:
-            key, intact = parse_body(body)
-            if key is None or not intact:
-                rec.damaged.append(f"{where[0]}/{where[1]}: {body[:40]!r}... ({len(body)} bytes)")
-                if key is None:
-                    continue
-            counter[key] += 1
+        _note(rec, where, bodies)
 
     for tname, topic in list(d.topics.items()):
         if topic.paused:  # a paused topic or channel delivers nothing: what it holds is checked, not its pause

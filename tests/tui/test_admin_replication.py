@@ -5,30 +5,19 @@ a confirmation. Textual's pilot against real in-process nsqds."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 from textual.widgets import DataTable
 
 from nsq.tui.admin.dialogs import ConfirmScreen
 from tests.tui.conftest import wait_until
 from tests.tui.test_admin import has_row
-from tests.tui.test_admin_drain import nsqd_app, to_nodes
-
-
-@pytest.fixture
-async def closers() -> AsyncIterator[list]:
-    made: list = []
-    yield made
-    for x in made:
-        await x.close()
+from tests.tui.test_admin_drain import closers, nsqd_app, to_nodes  # noqa: F401 (closers: a fixture)
 
 
 def cell_texts(table: DataTable, key: str) -> list[str]:
     return [str(c) for c in table.get_row(key)]
 
 
-async def test_nodes_show_roles_and_promote_a_replica(make_nsqd, closers, tmp_path) -> None:
+async def test_nodes_show_roles_and_promote_a_replica(make_nsqd, closers, tmp_path) -> None:  # noqa: F811
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     leader = await make_nsqd(data_path=str(tmp_path / "a"), storage="wal", broadcast_address="127.0.0.1")

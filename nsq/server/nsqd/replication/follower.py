@@ -59,9 +59,11 @@ class Follower:
         self._session: aiohttp.ClientSession | None = None
 
     def start(self) -> None:
+        """Start following (a task on the running loop; reconnects until :meth:`stop`)."""
         self._task = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
+        """Stop following and close the connection."""
         if self._task is not None:
             self._task.cancel()
             try:

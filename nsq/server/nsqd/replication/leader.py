@@ -51,15 +51,13 @@ class Session:
         changed: topics or channels changed since the last state message.
     """
 
-    def __init__(self, address: str, node_id: int) -> None:
+    def __init__(self, address: str) -> None:
         self.address = address
-        self.node_id = node_id
         self.acked: dict[str, int] = {}
         self.acked_at: dict[str, float] = {}
         self.sent: dict[str, int] = {}
         self.dirty: set[str] = set()
         self.changed = False
-        self.connected_at = time.time()
         self.waiter: asyncio.Future[None] | None = None
 
     def wake(self) -> None:
@@ -85,6 +83,8 @@ class Acks:
         self._waiters: list[tuple[dict[str, int], asyncio.Future[None], asyncio.TimerHandle]] = []
 
     def owe(self, topic: str, head: int) -> None:
+        """``topic``'s log was appended to up to ``head`` (exclusive): the
+        next :meth:`barrier` waits for it."""
         self._owed[topic] = head
 
     def barrier(self) -> asyncio.Future[None] | None:
@@ -198,7 +198,7 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
         await ws.send_json({"type": "refused", "message": refusal})
         await ws.close()
         return ws
-    sess = Session(str(hello.get("address", request.remote)), int(hello.get("node_id", 0)))
+    sess = Session(str(hello.get("address", request.remote)))
     topics = _wal_topics(nsqd)
     cuts = {}
     for name, (head, epochs) in wanted.items():

@@ -128,6 +128,7 @@ class Replication:
             self.follower.start()
 
     async def stop(self) -> None:
+        """Stop following the leader (at exit, or before a promotion)."""
         if self.follower is not None:
             await self.follower.stop()
             self.follower = None
@@ -216,6 +217,7 @@ class Replication:
         return ""
 
     def address(self) -> str:
+        """This node's HTTP address as its leader sees it: ``broadcast address:http port``."""
         opts = self.nsqd.options
         return f"{opts.broadcast_address}:{self.nsqd.http_port}"
 
