@@ -8,6 +8,8 @@ deferred, requeued, timed out, messages and clients, summed over every nsqd
 that has the topic. The first poll only sets the base for the rates, so
 ``count`` N makes N+1 polls and prints N rows, as Go's does (its loop runs
 ``i`` from 0 to N); any error ends the report (Go's ``log.Fatalf``).
+Beyond Go, an nsqd that is a replica or a leader with replicas adds a
+``replication:`` line before each row (:func:`nsq.cluster.stat.replication_line`).
 
 The polling and the line format are :mod:`nsq.cluster.stat`'s, shared with
 the live TUI (:mod:`nsq.tui.stat`).

@@ -9,6 +9,14 @@ their ``/stats`` for the channel and sums the counters of :data:`FIELDS`;
 the ingress and egress rates (messages/s) come from two successive polls,
 divided by the time measured between them (not the nominal interval: a
 slow answer or a paused loop would skew the rates). :class:`PlainWriter` prints nsq_stat's lines.
+
+Beyond Go, for nsqds with replication (docs/operations/replication.md):
+each nsqd's ``/stats`` ``replication`` object is kept in its
+:class:`NodeReport`; :func:`replication_line` words it, printed before the
+header and row of each interval only by an nsqd that is a replica or a
+leader with replicas (or ``--replica-acks``), so the lines stay Go's
+otherwise. A replica's counters are a copy of its leader's: they are left
+out of the totals unless only replicas have the channel.
 """
 
 from __future__ import annotations
@@ -16,13 +24,13 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 from nsq import __version__
 from nsq.client.lookupd import HTTPAPIError, LookupdHTTPClient, LookupdQueryError, topic_producers
 from nsq.cluster.nsqd import NSQDHTTPClient
 
-__all__ = ["FIELDS", "NodeReport", "PlainWriter", "StatPoller", "StatReport"]
+__all__ = ["FIELDS", "NodeReport", "PlainWriter", "StatPoller", "StatReport", "replication_line"]
 
 #: the channel counters of nsqd's ``/stats`` that nsq_stat sums
 FIELDS = ("depth", "backend_depth", "in_flight_count", "deferred_count", "requeue_count",
@@ -42,6 +50,10 @@ class NodeReport:
         error: why ``counters`` is None (unreachable, bad answer, no channel).
         missing: True when the nsqd answered but has no such channel (the
             other nsqds are still summed, as Go does).
+        replication: the nsqd's ``/stats`` ``replication`` object (beyond
+            Go, ``--storage=wal``); None without one (a Go nsqd, an error).
+        summed: True when ``counters`` are in the report's totals (False
+            for a replica's copy beside a leader's channel).
     """
 
     address: str
@@ -50,6 +62,50 @@ class NodeReport:
     egress: int | None = None
     error: str | None = None
     missing: bool = False
+    replication: dict[str, Any] | None = None
+    summed: bool = False
+
+    @property
+    def is_replica(self) -> bool:
+        """True when the nsqd said it is a replica (``--replica-of``)."""
+        return self.replication is not None and self.replication.get("role") == "replica"
+
+
+def _lag(figures: Any) -> str:
+    """``lag N msgs S.SSs`` from a ``lag_messages`` / ``lag_seconds`` object."""
+    figures = figures if isinstance(figures, dict) else {}
+    return f"lag {int(figures.get('lag_messages') or 0)} msgs {float(figures.get('lag_seconds') or 0):.2f}s"
+
+
+def replication_line(node: NodeReport, topic: str) -> str | None:
+    """The plain report's ``replication:`` line for one nsqd (no newline),
+    or None when it replicates nothing (no ``replication`` object, or a
+    leader with no replica and ``--replica-acks=0``).
+
+    - a replica: ``replication: ADDR replica of LEADER epoch E lag N msgs
+      S.SSs`` (its lag over every topic, the only figure its ``/stats``
+      has), ``(not connected)`` after the leader while it is cut off;
+    - a leader: ``replication: ADDR leader epoch E acks A, replica R lag N
+      msgs S.SSs, ...`` with each replica's lag for ``topic`` (its lag
+      over every topic when the topic has no log there), or ``no
+      replica``.
+    """
+    rep = node.replication
+    try:
+        if rep is None:
+            return None
+        epoch = int(rep.get("epoch") or 0)
+        if rep.get("role") == "replica":
+            cut = "" if rep.get("connected") else " (not connected)"
+            return f"replication: {node.address} replica of {rep.get('leader')}{cut} epoch {epoch} {_lag(rep)}"
+        replicas = [r for r in rep.get("replicas") or [] if isinstance(r, dict)]
+        acks = int(rep.get("replica_acks") or 0)
+        if rep.get("role") != "leader" or not (replicas or acks):
+            return None
+        parts = [f"replica {r.get('address')} {_lag((r.get('topics') or {}).get(topic) or r)}" for r in replicas]
+        return f"replication: {node.address} leader epoch {epoch} acks {acks}, " + (", ".join(parts) or "no replica")
+    except (AttributeError, TypeError, ValueError):  # not nsqd's shape: say nothing rather than fail the report
+        return None
 
 
 @dataclass
@@ -67,6 +123,7 @@ class StatReport:
         nodes: per nsqd, sorted by address.
         error: a poll-wide failure (every lookupd failed, the channel is on
             no nsqd), as nsq_stat words it; None if there is none.
+        topic: the topic watched (for the replicas' lag in :func:`replication_line`).
     """
 
     number: int
@@ -76,6 +133,7 @@ class StatReport:
     egress: int | None = None
     nodes: list[NodeReport] = field(default_factory=list)
     error: str | None = None
+    topic: str = ""
 
     @property
     def first_error(self) -> str | None:
@@ -167,6 +225,8 @@ class StatPoller:
             data = await client.stats(addr, topic=self.topic, channel=self.channel, include_clients=False)
         except HTTPAPIError as exc:
             return NodeReport(addr, error=f"{addr}: {exc.reason}")
+        rep = data.get("replication")
+        rep = rep if isinstance(rep, dict) else None
         counters = None
         for t in data.get("topics") or []:
             if t.get("topic_name") != self.topic:
@@ -178,8 +238,9 @@ class StatPoller:
                 for key in FIELDS:
                     counters[key] += int(c.get(key) or 0)
         if counters is None:
-            return NodeReport(addr, error=f"no channel({self.channel}) for topic({self.topic})", missing=True)
-        return NodeReport(addr, counters)
+            return NodeReport(addr, error=f"no channel({self.channel}) for topic({self.topic})", missing=True,
+                              replication=rep)
+        return NodeReport(addr, counters, replication=rep)
 
     async def poll(self) -> StatReport:
         """Ask every producer once; never raises for a network or nsqd
@@ -189,7 +250,7 @@ class StatPoller:
                                                user_agent=f"nsq_stat/{__version__}", auth_secret=self.auth_secret)
         client = self._nsqd_client
         self._number += 1
-        report = StatReport(self._number, time.time())
+        report = StatReport(self._number, time.time(), topic=self.topic)
         addrs, report.error = await self._producers()
         if report.error:
             return report
@@ -204,10 +265,15 @@ class StatPoller:
             if before is not None:
                 node.ingress, node.egress = _rates(before[1], node.counters, now - before[0])
             previous_nodes[node.address] = (now, node.counters)
+        self._previous_nodes = previous_nodes
+        # a replica's channel is a copy of its leader's: not summed beside a leader's
+        have = [node for node in report.nodes if node.counters is not None]
+        for node in [node for node in have if not node.is_replica] or have:
+            assert node.counters is not None
+            node.summed = True
             totals = totals or dict.fromkeys(FIELDS, 0)
             for key in FIELDS:
                 totals[key] += node.counters[key]
-        self._previous_nodes = previous_nodes
         if totals is None:
             failed = [node for node in report.nodes if node.error and not node.missing]
             if failed:  # an unreachable nsqd: say so, not "no channel"
@@ -232,7 +298,9 @@ class PlainWriter:
 
     :meth:`write` prints a row for every report that has rates (not the
     first, which only sets their base) and the two-line header before the
-    1st, 26th, ... row, as Go's ``i%25 == 1``.
+    1st, 26th, ... row, as Go's ``i%25 == 1``; before them, the
+    :func:`replication_line` of each nsqd that replicates (beyond Go: none
+    when no nsqd has replication, so the lines are Go's).
     """
 
     HEADER = ("------rate------+----------------depth----------------+"
@@ -256,9 +324,14 @@ class PlainWriter:
             c["message_count"], c["client_count"])
 
     def write(self, report: StatReport) -> None:
-        """Write the header when due and the report's row (if it has rates)."""
+        """Write the replication lines, the header when due and the report's
+        row (all only if it has rates)."""
         if report.ingress is None:
             return
+        for node in report.nodes:
+            line = replication_line(node, report.topic)
+            if line is not None:
+                self.out.write(line + "\n")
         if self._i % 25 == 0:
             self.out.write(self.HEADER)
         self.out.write(self.row(report))

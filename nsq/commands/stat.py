@@ -47,6 +47,12 @@ def stat(topic: str, channel: str, count: int | None, interval: float, lookupd: 
 
     A live TUI when stdout is a terminal; Go nsq_stat's plain lines when
     piped or with --plain.
+
+    Beyond Go: an nsqd that is a replica, or a leader with replicas, adds a
+    line before each interval's row, e.g. 'replication: ADDR leader epoch
+    0 acks 1, replica ADDR lag 0 msgs 0.00s' or 'replication: ADDR replica
+    of LEADER epoch 0 lag 12 msgs 0.04s' (a leader's figures are for
+    TOPIC); a replica's copy of CHANNEL is not added to the totals.
     """
     if not topic or not channel:
         fail("--topic and --channel are required")

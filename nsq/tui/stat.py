@@ -5,8 +5,10 @@ depth total, memory, disk, in flight, deferred; requeued, timed out,
 messages, clients), shown
 
 - per nsqd that has the topic, with a TOTAL row and a status column
-  (``ok``, ``unreachable``, ``no channel``); the errors themselves are
-  listed under the table, and polling goes on;
+  (``ok``, ``unreachable``, ``no channel``, ``replica``: a replica's copy,
+  left out of TOTAL beside its leader); the errors themselves are
+  listed under the table, and polling goes on, with the nsqds'
+  replication lines (:func:`~nsq.cluster.stat.replication_line`);
 - as sparklines of the cluster's depth, ingress and egress;
 - as a history table, one row per report as the plain lines.
 
@@ -29,7 +31,7 @@ from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Static
 
-from nsq.cluster.stat import PlainWriter, StatReport
+from nsq.cluster.stat import PlainWriter, StatReport, replication_line
 from nsq.tui.widgets import Spark
 
 __all__ = ["COLUMNS", "StatApp", "run_stat_app"]
@@ -217,6 +219,8 @@ class StatApp(App[int]):
                 status = Text("no channel", style="yellow")
             elif node.error:
                 status = Text("unreachable", style="bold red")
+            elif node.is_replica and not node.summed:
+                status = Text("replica", style="cyan")  # a copy of its leader's channel, not in TOTAL
             else:
                 status = Text("ok", style="green")
             nodes.add_row(node.address, *_cells(node.counters, node.ingress, node.egress), status,
@@ -229,12 +233,13 @@ class StatApp(App[int]):
 
         status_line = self.query_one("#status", Static)
         problems = ([report.error] if report.error else []) + [n.error or "" for n in bad]
+        replication = [line for line in (replication_line(n, report.topic) for n in report.nodes) if line]
         if problems:
-            status_line.update(Text("\n".join(problems)))
+            status_line.update(Text("\n".join(problems + replication)))
             status_line.remove_class("-ok")
         else:
-            status_line.update(Text(f"{len(report.nodes)} nsqd" + ("s" if len(report.nodes) != 1 else "")
-                                    + " with the topic"))
+            status_line.update(Text("\n".join([f"{len(report.nodes)} nsqd" + ("s" if len(report.nodes) != 1 else "")
+                                               + " with the topic"] + replication)))
             status_line.add_class("-ok")
 
         if report.totals is not None:

@@ -228,3 +228,27 @@ async def test_pause_and_poll_now(make_nsqd):
         await wait_until(pilot, lambda: len(app.reports) >= held + 2)
         assert "PAUSED" not in str(app.title_text())
         await pilot.press("q")
+
+
+async def test_replication_lines_and_the_replica_row():
+    """A leader and its replica polled together: the replica's row says
+    ``replica`` (not in TOTAL) and both replication lines are under the table."""
+    c = {"depth": 2, "backend_depth": 0, "in_flight_count": 0, "deferred_count": 0, "requeue_count": 0,
+         "timeout_count": 0, "message_count": 2, "client_count": 0}
+    leader = NodeReport("10.0.0.1:4151", dict(c), 0, 0, summed=True, replication={
+        "role": "leader", "epoch": 1, "replica_acks": 1,
+        "replicas": [{"address": "10.0.0.2:4151", "lag_messages": 0, "lag_seconds": 0.0, "topics": {}}]})
+    replica = NodeReport("10.0.0.2:4151", dict(c), 0, 0, replication={
+        "role": "replica", "leader": "10.0.0.1:4151", "epoch": 1, "connected": True,
+        "lag_messages": 0, "lag_seconds": 0.0})
+    app = StatApp(IdlePoller())
+    async with app.run_test(size=(160, 30)) as pilot:
+        app.show(StatReport(2, time.time(), dict(c), 0, 0, [leader, replica], topic="orders"))
+        await pilot.pause(0.05)
+        nodes = app.query_one("#nodes", DataTable)
+        assert row(nodes, "10.0.0.1:4151")[-1] == "ok" and row(nodes, "10.0.0.2:4151")[-1] == "replica"
+        status = str(app.query_one("#status", Static).render()).splitlines()
+        assert status == ["2 nsqds with the topic",
+                          "replication: 10.0.0.1:4151 leader epoch 1 acks 1, replica 10.0.0.2:4151 lag 0 msgs 0.00s",
+                          "replication: 10.0.0.2:4151 replica of 10.0.0.1:4151 epoch 1 lag 0 msgs 0.00s"], status
+        await pilot.press("q")
