@@ -9,7 +9,9 @@ any NSQ-compatible nsqd:
   ``connections``, default :func:`default_connections`), each in its own OS
   process so the load generator is not the bottleneck. Every worker dials
   (1 s timeout), sends the magic and IDENTIFY (the reader also SUB) and
-  reports ready; when all are, an optional ``deadline`` is slept until, the
+  reports ready; with ``tls_v1``, ``snappy`` or ``deflate`` (go-nsq's
+  options, not in Go's bench tools) it negotiates them first and waits for
+  each upgrade's ``OK`` (:func:`nsq.apps.bench_wire._open`); when all are, an optional ``deadline`` is slept until, the
   clock starts and all are released at once;
 - writer: ``MPUB <topic>`` of ``batch_size`` messages of ``size`` zero bytes,
   then wait for the answer, again and again (one batch in flight per
@@ -85,10 +87,9 @@ from nsq.apps.bench_results import (
     parse_latency_line,
     parse_result_line,
 )
-from nsq.apps.bench_wire import _dial, _identify, _next_message, _read, _response, _write
+from nsq.apps.bench_wire import _next_message, _open, _read, _response, _write
 from nsq.apps.bench_wire import _fins as _fins  # re-export: tests/cli/test_bench.py imports it from here
 from nsq.protocol import commands
-from nsq.protocol.frames import MAGIC_V2, FrameReader
 
 __all__ = [
     "DEADLINE_FORMAT",
@@ -124,17 +125,17 @@ Progress = Callable[[float, int], None]
 def _worker(kind: str, opts: BenchOptions, slot: int, counts: Any, go: Any, pipe: Any) -> None:
     """Process body: connect, report ready, wait for go, run, send the count."""
     try:
-        sock = _dial(opts.nsqd_tcp_address)
         if kind == "writer":
-            sock.sendall(MAGIC_V2 + _identify("bench_writer"))
+            sock, reader, owed = _open(opts, "bench_writer")
         else:
-            sock.sendall(MAGIC_V2 + _identify("bench_reader") + commands.sub(opts.topic, opts.channel))
+            sock, reader, owed = _open(opts, "bench_reader", commands.sub(opts.topic, opts.channel))
+            owed += 1  # SUB's OK
         pipe.send(("ready", 0))
         go.wait()
         if kind == "writer":
-            count = _write(sock, opts, slot, counts)
+            count = _write(sock, reader, owed, opts, slot, counts)
         else:
-            count = _read(sock, opts, slot, counts)
+            count = _read(sock, reader, owed, opts, slot, counts)
         pipe.send(("done", count))
     except BenchError as exc:
         pipe.send(("error", str(exc)))
@@ -252,18 +253,17 @@ def run_latency(opts: BenchOptions, progress: Progress | None = None) -> Latency
     Raises:
         BenchError: could not connect, or nsqd answered an error.
     """
-    consumer = None if opts.until == "ok" else _dial(opts.nsqd_tcp_address)
-    producer = _dial(opts.nsqd_tcp_address)
+    consumer = None
+    if opts.until != "ok":
+        consumer, creader, cowed = _open(opts, "bench_latency", commands.sub(opts.topic, opts.channel)
+                                         + commands.rdy(1))
+    producer, preader, powed = _open(opts, "bench_latency")
     try:
-        creader, preader = FrameReader(), FrameReader()
         if consumer is not None:
-            consumer.sendall(MAGIC_V2 + _identify("bench_latency") + commands.sub(opts.topic, opts.channel)
-                             + commands.rdy(1))
-        producer.sendall(MAGIC_V2 + _identify("bench_latency"))
-        if consumer is not None:
-            for _ in range(2):
+            for _ in range(cowed + 1):  # IDENTIFY's (unless read in the handshake) and SUB's OK
                 _response(consumer, creader)
-        _response(producer, preader)
+        for _ in range(powed):
+            _response(producer, preader)
         _sleep_until_deadline("bench_latency", opts.deadline)
         cmd = commands.pub(opts.topic, bytes(opts.size))
         samples: list[int] = []

@@ -23,6 +23,7 @@ __all__ = [
     "DEADLINE_FORMAT",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_CHANNEL",
+    "DEFAULT_DEFLATE_LEVEL",
     "DEFAULT_NSQD_TCP_ADDRESS",
     "DEFAULT_RDY",
     "DEFAULT_RUNFOR",
@@ -51,6 +52,8 @@ DEFAULT_SIZE = 200
 DEFAULT_BATCH_SIZE = 200
 DEFAULT_RUNFOR = 10.0
 DEFAULT_RDY = 2500
+#: go-nsq's ``deflate_level`` default
+DEFAULT_DEFLATE_LEVEL = 6
 #: Go's ``time.Parse("2006-01-02 15:04:05", deadline)``: UTC
 DEADLINE_FORMAT = "%Y-%m-%d %H:%M:%S"
 
@@ -76,6 +79,14 @@ class BenchOptions:
         until: what a latency sample ends at: ``"delivered"`` (the message
             frame read by a RDY 1 consumer) or ``"ok"`` (the PUB's ``OK``
             read by the producer; no consumer).
+        tls_v1: IDENTIFY ``tls_v1`` and upgrade every connection to TLS
+            (go-nsq's ``tls_v1``); nsqd needs ``--tls-cert``/``--tls-key``.
+        tls_insecure_skip_verify: do not check nsqd's certificate.
+        tls_root_ca_file: CA file to check nsqd's certificate against
+            (default: the system's CAs).
+        snappy: IDENTIFY ``snappy``: snappy-framed streams both ways.
+        deflate: IDENTIFY ``deflate``: raw deflate both ways, at
+            ``deflate_level`` (1-9).
     """
 
     nsqd_tcp_address: str = DEFAULT_NSQD_TCP_ADDRESS
@@ -88,6 +99,24 @@ class BenchOptions:
     deadline: _dt.datetime | None = None
     until: str = "delivered"
     connections: int = field(default_factory=lambda: default_connections())
+    tls_v1: bool = False
+    tls_insecure_skip_verify: bool = False
+    tls_root_ca_file: str = ""
+    snappy: bool = False
+    deflate: bool = False
+    deflate_level: int = DEFAULT_DEFLATE_LEVEL
+
+    def features(self) -> dict[str, Any]:
+        """The IDENTIFY keys asking for this run's upgrades (empty: none)."""
+        wanted: dict[str, Any] = {}
+        if self.tls_v1:
+            wanted["tls_v1"] = True
+        if self.snappy:
+            wanted["snappy"] = True
+        if self.deflate:
+            wanted["deflate"] = True
+            wanted["deflate_level"] = self.deflate_level
+        return wanted
 
 
 def default_connections() -> int:

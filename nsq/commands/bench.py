@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from nsq.commands._go import GoCommand, GoDuration, fail
+from nsq.commands._go import GoCommand, GoDuration, fail, go_bool_option
 
 __all__ = ["bench"]
 
@@ -36,6 +36,22 @@ def _connections(func: Any) -> Any:
                         help="connections, each in its own process (default: one per CPU, or $GOMAXPROCS)")(func)
 
 
+def _upgrades(func: Any) -> Any:
+    """go-nsq's connection options for TLS and compression (IDENTIFY)."""
+    for opt in reversed([
+        go_bool_option("--tls-v1", help="upgrade every connection to TLS (nsqd needs --tls-cert/--tls-key)"),
+        go_bool_option("--tls-insecure-skip-verify", help="with --tls-v1: do not check nsqd's certificate"),
+        click.option("--tls-root-ca-file", default="",
+                     help="with --tls-v1: CA file to check nsqd's certificate with (default: the system's)"),
+        go_bool_option("--snappy", help="snappy compression both ways"),
+        go_bool_option("--deflate", help="deflate compression both ways"),
+        click.option("--deflate-level", default=6, type=click.IntRange(1, 9),
+                     help="with --deflate: compression level, 1 (fastest) to 9 (default 6)"),
+    ]):
+        func = opt(func)
+    return func
+
+
 def _channel(func: Any) -> Any:
     return click.option("--channel", default="ch", help='channel to receive messages on (default "ch")')(func)
 
@@ -54,6 +70,7 @@ def bench() -> None:
 @_common
 @click.option("--batch-size", default=200, type=click.IntRange(min=1), help="batch size of messages (default 200)")
 @_connections
+@_upgrades
 def writer(**flags: Any) -> None:
     """MPUB batches as fast as nsqd answers (Go's bench_writer)."""
     _run("writer", flags)
@@ -64,6 +81,7 @@ def writer(**flags: Any) -> None:
 @_channel
 @click.option("--rdy", default=2500, type=click.IntRange(min=1), help="RDY count to use (default 2500)")
 @_connections
+@_upgrades
 def reader(**flags: Any) -> None:
     """SUB, RDY and FIN every message (Go's bench_reader)."""
     _run("reader", flags)
@@ -75,6 +93,7 @@ def reader(**flags: Any) -> None:
 @click.option("--until", type=click.Choice(["delivered", "ok"]), default="delivered",
               help="end each sample when the consumer reads the message, or when the producer reads "
                    'the PUB\'s OK (no consumer) (default "delivered")')
+@_upgrades
 def latency(**flags: Any) -> None:
     """PUB one message, receive it with RDY 1, FIN, repeat; print p50/p90/p99/max.
 
@@ -95,6 +114,8 @@ def _run(mode: str, flags: dict[str, Any]) -> None:
         fail(f"invalid --channel {flags['channel']!r}")
     if flags["runfor"] <= 0:
         fail("--runfor must be > 0")
+    if flags["snappy"] and flags["deflate"]:
+        fail("--snappy and --deflate are mutually exclusive")
     deadline = None
     if flags["deadline"]:
         try:
@@ -109,6 +130,9 @@ def _run(mode: str, flags: dict[str, Any]) -> None:
         rdy=flags.get("rdy") or lib.DEFAULT_RDY,
         connections=flags.get("connections") or lib.default_connections(),
         until=flags.get("until") or "delivered",
+        tls_v1=flags["tls_v1"], tls_insecure_skip_verify=flags["tls_insecure_skip_verify"],
+        tls_root_ca_file=flags["tls_root_ca_file"], snappy=flags["snappy"], deflate=flags["deflate"],
+        deflate_level=flags["deflate_level"],
     )
     runners: dict[str, Callable[..., lib.BenchResult | lib.LatencyResult]] = {
         "writer": lib.run_writer, "reader": lib.run_reader, "latency": lib.run_latency}

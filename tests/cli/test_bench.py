@@ -14,8 +14,11 @@ from nsq.apps.bench import (
     parse_latency_line,
     parse_result_line,
 )
+import pytest
+
 from nsq.protocol import commands
-from tests.cli.conftest import free_port, run_nsq
+from tests.cli.conftest import NSQ, NSQDProcess, free_port, run_nsq
+from tests.tlsutil import make_pki
 
 
 class _Run:
@@ -54,6 +57,59 @@ def test_writer_reader_latency_against_nsqd(nsqd_proc):
     assert ok["count"] > 0 and 0 < ok["p50"] <= ok["max"]
     stats = json.loads(urllib.request.urlopen(f"http://{nsqd_proc.http}/stats?format=json&topic=latok").read())
     assert stats["topics"][0]["message_count"] == ok["count"]
+
+
+@pytest.fixture(scope="module")
+def tls_nsqd(tmp_path_factory):
+    pki = make_pki(tmp_path_factory.mktemp("pki"))
+    d = NSQDProcess(NSQ, [f"--tls-cert={pki.server_cert}", f"--tls-key={pki.server_key}"])
+    d.ca = pki.ca
+    yield d
+    d.stop()
+
+
+@pytest.mark.parametrize("upgrade", [["--tls-v1", "--tls-root-ca-file={ca}"], ["--snappy"], ["--deflate"],
+                                     ["--tls-v1", "--tls-insecure-skip-verify", "--deflate", "--deflate-level=1"]],
+                         ids=" ".join)
+def test_writer_and_reader_upgraded(tls_nsqd, upgrade):
+    """IDENTIFY tls_v1 / snappy / deflate, the upgrade, then the usual run: the
+    reader counts what the writer published, over the upgraded stream."""
+    flags = [f.format(ca=tls_nsqd.ca) for f in upgrade]
+    topic = "up" + str(abs(hash(" ".join(upgrade))))[:8]
+    common = [f"--nsqd-tcp-address={tls_nsqd.tcp}", f"--topic={topic}", "--connections=1", *flags]
+    w = _Run("bench", "writer", *common, "--runfor=0.5s", "--batch-size=50")
+    assert w.returncode == 0, w.stderr
+    published = parse_result_line(w.stdout)
+    assert published["ops_per_s"] > 0
+    r = _Run("bench", "reader", *common, "--runfor=1s", "--rdy=100")
+    assert r.returncode == 0, r.stderr
+    read = parse_result_line(r.stdout)
+    assert read["mode"] == "reader" and read["ops_per_s"] > 0
+    lat = _Run("bench", "latency", *common[:2], *flags, "--runfor=0.2s", "--topic=" + topic + "lat")
+    assert lat.returncode == 0, lat.stderr
+    assert parse_latency_line(lat.stdout)["count"] > 0
+
+
+def test_upgrade_errors(tls_nsqd, nsqd_proc):
+    r = _Run("bench", "writer", f"--nsqd-tcp-address={nsqd_proc.tcp}", "--runfor=0.2s", "--connections=1",
+             "--tls-v1")
+    assert r.returncode != 0 and "nsqd did not agree to tls_v1" in r.stderr and "Traceback" not in r.stderr
+    # a self-signed CA the system does not know
+    r = _Run("bench", "reader", f"--nsqd-tcp-address={tls_nsqd.tcp}", "--runfor=0.2s", "--connections=1",
+             "--tls-v1")
+    assert r.returncode != 0 and "certificate verify failed" in r.stderr and "Traceback" not in r.stderr
+    r = _Run("bench", "writer", "--snappy", "--deflate")
+    assert r.returncode != 0 and "mutually exclusive" in r.stderr
+
+
+def test_upgrade_flags_in_help():
+    for mode in ("writer", "reader", "latency"):
+        r = _Run("bench", mode, "--help")
+        text = " ".join(r.stdout.split())
+        for flag in ("--tls-v1 ", "--tls-insecure-skip-verify ", "--tls-root-ca-file TEXT", "--snappy ",
+                     "--deflate ", "--deflate-level INTEGER RANGE"):
+            assert flag in text, (mode, flag)
+        assert "9 (default 6)" in text
 
 
 def test_refused_connection_is_one_line():
