@@ -38,13 +38,15 @@ class Consumer:
                                      msg_timeout=msg_timeout)
         self.closing = False
         self.write_paused = False
+        self.out_full = False
         self.received = []
         self.timed_out = 0
         self.id = id(self)
 
-    def send_messages(self, msgs) -> None:
+    def send_messages(self, msgs) -> int:
         self.received += [Delivered(m[ID], m[BODY], m[ATTEMPTS]) for m in msgs]
         self.in_flight_count += len(msgs)
+        return len(msgs)
 
     def timed_out_message(self) -> None:
         self.timed_out += 1

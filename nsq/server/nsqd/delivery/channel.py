@@ -14,13 +14,14 @@ import logging
 import operator
 import random
 import time
-from collections import deque
+from collections import defaultdict, deque
 from typing import TYPE_CHECKING
 
 from nsq.protocol.errors import NSQError
 from nsq.protocol.names import is_ephemeral
 from nsq.server.nsqd.storage.backend import BackendFull
 from nsq.server.nsqd.delivery.deadletter import dead_letter, dead_letter_topic
+from nsq.server.nsqd.delivery.host import TURN_BYTES
 from nsq.server.nsqd.storage.message import (ATTEMPTS, CLIENT, DEADLINE, DELIVERED, NO_OFFSET, OFFSET, TIMESTAMP, Entry,
                                              Message, entry)
 from nsq.server.nsqd.delivery.quantile import WindowedQuantile
@@ -264,6 +265,8 @@ class Channel:
             if not q:
                 break
             share = -(-len(q) // len(ready))
+            if share > 1 and share * (len(q[0][1]) + 30) > TURN_BYTES:  # as many as one turn's bytes (est.)
+                share = -(-TURN_BYTES // (len(q[0][1]) + 30))
             for client in list(ready):
                 cap = client.ready_count - client.in_flight_count
                 n = cap if cap < share else share
@@ -276,7 +279,7 @@ class Channel:
                     else:
                         batch = [q.popleft() for _ in range(n)]
                     self._send(client, batch, now)
-                if client.in_flight_count >= client.ready_count or client.closing or client.write_paused:
+                if client.in_flight_count >= client.ready_count or client.closing or client.write_paused or client.out_full:
                     del ready[client]
                 elif n > 0:
                     # rotate: the next pump starts with another ready client,
@@ -318,13 +321,18 @@ class Channel:
             msg = [msg_id, body, ts, attempts + 1, client, deadline, now, offset]  # a Message
             in_flight[msg_id] = msg
             append(msg)
+        sent = client.send_messages(batch)
+        if sent < len(batch):  # its output is full (large bodies): the rest go back to the front
+            entries, rest = entries[:sent], entries[sent:]
+            for e in rest:
+                del in_flight[e[0]]
+            self.queue.extendleft(reversed(rest))
         heapq.heappush(self._in_flight_pq, (deadline, next(_seq), list(map(_ID_OF, entries))))
-        self._pq_refs += len(batch)
+        self._pq_refs += len(entries)
         if self._pq_refs > self._pq_limit:
             self._compact_in_flight()
         if not self.armed:
             self.nsqd.arm_timers(self)
-        client.send_messages(batch)
 
     def _sample(self, entries: list[Entry], rate: int) -> list[Entry]:
         """The ``rate`` % of ``entries`` a sampling client gets; the rest
@@ -344,13 +352,9 @@ class Channel:
         leave ids in the heap (lazy removal), which would otherwise stay
         until their deadline. Messages sent together keep sharing one entry;
         amortised O(1) per message (it runs once stale ids outnumber live ones)."""
-        by_deadline: dict[float, list[bytes]] = {}
+        by_deadline: defaultdict[float, list[bytes]] = defaultdict(list)
         for msg_id, msg in self.in_flight.items():
-            batch = by_deadline.get(msg[DEADLINE])
-            if batch is None:
-                by_deadline[msg[DEADLINE]] = [msg_id]
-            else:
-                batch.append(msg_id)
+            by_deadline[msg[DEADLINE]].append(msg_id)
         pq = [(deadline, next(_seq), batch) for deadline, batch in by_deadline.items()]
         heapq.heapify(pq)
         self._in_flight_pq = pq
@@ -359,7 +363,8 @@ class Channel:
 
     def client_ready(self, client: Subscriber) -> None:
         """Called when a client's RDY allows more messages."""
-        if client.in_flight_count < client.ready_count and not client.closing and not client.write_paused:
+        if (client.in_flight_count < client.ready_count and not client.closing and not client.write_paused
+                and not client.out_full):
             self._ready[client] = None
             if (self.queue or self.backend.depth) and not self.paused:
                 self.pump()

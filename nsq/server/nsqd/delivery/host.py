@@ -112,6 +112,13 @@ class Settings(Protocol):
     def sample_rate(self) -> int: ...
 
 
+#: message bytes one loop turn hands to one consumer (bytes): a channel
+#: sizes each hand-out by it and a connection stops at it (a 2,500 RDY of
+#: 512 KiB bodies would otherwise be 1.3 GB written at once; Go's
+#: ``messagePump`` in nsqd/protocol_v2.go blocks on the socket instead)
+TURN_BYTES = 1 << 20
+
+
 class Subscriber(Protocol):
     """A consumer connection as a channel sees it (Go: the ``Consumer``
     interface in nsqd/channel.go); :class:`~nsq.server.nsqd.tcp.client_v2.ClientV2`
@@ -124,6 +131,8 @@ class Subscriber(Protocol):
         closing: True once it is being closed (no more deliveries).
         write_paused: True while its transport's buffer is above the
             high-water mark (no deliveries until it drains).
+        out_full: True once this loop turn's output holds a
+            :meth:`send_messages` budget (no deliveries until it is written).
         negotiated: its IDENTIFY settings; a channel reads ``msg_timeout``
             (s before a message sent to it times out, and a TOUCH's new
             timeout) and ``sample_rate`` (0: every message, else the
@@ -135,11 +144,14 @@ class Subscriber(Protocol):
     in_flight_count: int
     closing: bool
     write_paused: bool
+    out_full: bool
     @property
     def negotiated(self) -> Settings: ...
 
-    def send_messages(self, msgs: list[Any]) -> None:
-        """Write message frames for ``msgs`` (in-flight :data:`Message` lists)."""
+    def send_messages(self, msgs: list[Any]) -> int:
+        """Write message frames for the first of ``msgs`` (in-flight
+        :data:`Message` lists) that fit this turn's output budget, at least
+        one; returns how many (the channel takes the rest back)."""
 
     def timed_out_message(self) -> None:
         """One of its in-flight messages timed out (its in-flight count drops)."""

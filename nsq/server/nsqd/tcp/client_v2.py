@@ -28,6 +28,7 @@ from nsq.protocol.errors import (
 )
 from nsq.protocol.message import MSG_FRAME_HDR as _MSG_FRAME_HDR
 from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, HEARTBEAT, OK, encode_frame
+from nsq.server.nsqd.delivery.host import TURN_BYTES
 from nsq.server.nsqd.storage.backend import NotReplicated
 from nsq.server.nsqd.tcp.commands import HANDLERS
 from nsq.server.nsqd.tcp.features import Features, Suspend
@@ -116,6 +117,8 @@ class ClientV2(asyncio.Protocol):
         #: the transport's buffer is above its high-water mark: no reading,
         #: no new messages until it drains (Go blocks this client's IO loop)
         self.write_paused = False
+        #: this turn's output holds :attr:`OUT_BUDGET`: no new messages until written
+        self.out_full = False
         #: the codec holds input not inflated yet (answers waiting to be written)
         self._more_input = False
         self._waiting: asyncio.Future[Any] | None = None
@@ -321,7 +324,10 @@ class ClientV2(asyncio.Protocol):
             return
         self._loop.call_soon(self._go_on)  # commands held meanwhile, input still compressed
         self._resume_reading()
-        if self.channel is not None and self.in_flight_count < self.ready_count:
+        self._ready_again()
+
+    def _ready_again(self) -> None:
+        if self.channel is not None and self.in_flight_count < self.ready_count and not self.closed:
             self.channel.client_ready(self)
 
     def _resume_reading(self) -> None:
@@ -433,6 +439,12 @@ class ClientV2(asyncio.Protocol):
         self.dirty = False
         if self._waiting is not None:
             return
+        if self.out_full:
+            self.out_full = False
+            if not self.write_paused and not self.closed:
+                # a refill once this write is done (none if the transport
+                # pauses us: resume_writing refills then)
+                self._loop.call_soon(self._ready_again)
         if self.out and not self.closed and self.transport is not None:
             if self.codec is not None:
                 self.transport.write(self.codec.encode(self.out))
@@ -449,20 +461,37 @@ class ClientV2(asyncio.Protocol):
             self.transport.write(self.codec.encode(self.out) if self.codec is not None else self.out)
             self.out = bytearray()
 
-    def send_messages(self, msgs: list[Message]) -> None:
-        """Append message frames for ``msgs`` (already marked in flight)."""
+    #: message bytes one loop turn writes to a client (bytes): past it the
+    #: client takes no more until its output is written
+    OUT_BUDGET = TURN_BYTES
+
+    def send_messages(self, msgs: list[Message]) -> int:
+        """Append message frames for ``msgs`` (already marked in flight)
+        while the output holds less than :attr:`OUT_BUDGET` bytes (one
+        message may pass it); returns how many were appended. Once it is
+        reached, :attr:`out_full` holds further deliveries until
+        :meth:`flush` has written them."""
         out = self.out
         pack = _MSG_FRAME_HDR.pack
+        room = self.OUT_BUDGET - len(out)
+        n = 0
         for msg_id, body, ts, attempts, _, _, _, _ in msgs:
-            out += pack(len(body) + 30, 2, ts, attempts)
+            if room <= 0:
+                break
+            size = len(body) + 30
+            room -= size
+            out += pack(size, 2, ts, attempts)
             out += msg_id
             out += body
-        n = len(msgs)
+            n += 1
+        if room <= 0:
+            self.out_full = True
         self.in_flight_count += n
         self.message_count += n
         if not self.dirty:
             self.dirty = True
             self._output.schedule(self)
+        return n
 
     def client_error(self, exc: ClientError) -> None:
         """Log ``exc``, answer its error frame (if it has one) and close the
