@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from nsq.protocol.frames import FRAME_TYPE_MESSAGE
+from nsq.protocol.frames import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE
 from nsq.server.nsqd.tcp.client_v2 import ClientV2
 
 from .helpers import HTTP, Conn, c
@@ -28,7 +28,7 @@ async def publish(connect, topic: str, msgs: list[bytes]) -> None:
     pub = await connect()
     for i in range(0, len(msgs), 8):
         await pub.send(c.mpub(topic, msgs[i:i + 8]))
-        await pub.expect_ok(timeout=10)
+        assert await pub.read_frame(timeout=10) == (FRAME_TYPE_RESPONSE, b"OK")
 
 
 async def channel_stats(http: HTTP, topic: str) -> dict:
@@ -119,3 +119,31 @@ async def test_a_consumer_that_does_not_read_is_not_handed_its_whole_rdy(nsqd, c
             got += 1
     finally:
         await sub.aclose()
+
+
+async def test_a_backlog_on_disk_is_read_a_turn_at_a_time(make_nsqd, tmp_path):
+    """With every message in the store (--mem-queue-size=0), a turn reads
+    about one turn's bytes of large bodies from it, not 1,024 of them into
+    memory while a turn sends four."""
+    nsqd = await make_nsqd(data_path=str(tmp_path), mem_queue_size=0)
+    pub = await Conn.open(nsqd.tcp_port)
+    sub = await Conn.open(nsqd.tcp_port)
+    try:
+        await sub.subscribe("disk", "ch")
+        await publish(lambda: _same(pub), "disk", bodies(120))  # 30 MiB
+        channel = nsqd.topics["disk"].channels["ch"]
+        await sub.send(c.rdy(2500))
+        longest = 0
+        for i in range(120):
+            m = await sub.read_message(timeout=10)
+            assert m.body == i.to_bytes(4, "big") * (BODY // 4)
+            await sub.send(c.fin(m.id))
+            longest = max(longest, len(channel.queue))
+        assert longest <= 64, longest  # the first read, before a body size is known
+    finally:
+        await pub.aclose()
+        await sub.aclose()
+
+
+async def _same(conn):
+    return conn

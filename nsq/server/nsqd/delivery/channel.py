@@ -84,8 +84,7 @@ class Channel:
         self.clients: dict[int, Subscriber] = {}
         self._ready: dict[Subscriber, None] = {}
         self.in_flight: dict[bytes, Message] = {}
-        #: ``(deadline, seq, [message id, ...])``: ids, not messages, so a
-        #: finished message is freed at its FIN, not when the heap drops it
+        #: ``(deadline, seq, [message id, ...])``: ids, so a message is freed at its FIN
         self._in_flight_pq: list[tuple[float, int, list[bytes]]] = []
         self._pq_refs = 0  # ids in _in_flight_pq (in flight or not)
         self._pq_limit = self.PQ_SLACK
@@ -93,16 +92,15 @@ class Channel:
         self._deferred_pq: list[tuple[float, int, Entry]] = []
         #: ids of deferred messages the deferred log could not record
         self._unlogged: set[bytes] = set()
-        self.paused = False
-        self.deleted = False
-        #: True while the daemon's timeout scan watches this channel
-        self.armed = False
+        self.paused = self.deleted = False
+        self.armed = False  # the daemon's timeout scan watches this channel
         self._disk_turn = False
+        #: messages read from the store for one turn (fewer for large bodies); of the last read, still queued
+        self._turn_reads, self._read_left = 64, 0
         #: durable deferred messages (None: ephemeral or memory-only nsqd)
         self.deferred_log = topic.nsqd.make_deferred_log(f"{topic.name}:{name}", self.ephemeral)
         store.open(self)  # deferred messages restored
-        self.message_count = 0
-        self.requeue_count = self.timeout_count = self.dead_letter_count = 0
+        self.message_count = self.requeue_count = self.timeout_count = self.dead_letter_count = 0
         opts = topic.nsqd.options
         #: deliveries before a requeue or timeout moves the message to the
         #: dead-letter topic (0 = never); the daemon's or this channel's own
@@ -252,13 +250,15 @@ class Channel:
             return
         now = time.monotonic()
         while ready:
-            if backend.depth and (not q or self._disk_turn):
+            if backend.depth and (not q or (self._disk_turn and self._read_left <= 0)):  # no reordering
                 self._disk_turn = False
                 want = 0
                 for client in ready:
                     want += client.ready_count - client.in_flight_count
-                msgs = self._read_backend(min(max(want, 1), 1024))
+                msgs = self._read_backend(min(max(want, 1), self._turn_reads))
                 if msgs:
+                    self._turn_reads = min(1024, len(ready) * -(-TURN_BYTES // (len(msgs[0][1]) + 30)))
+                    self._read_left = len(msgs)
                     q.extendleft(reversed(msgs))
             elif backend.depth:
                 self._disk_turn = True
@@ -273,6 +273,7 @@ class Channel:
                 if n > len(q):
                     n = len(q)
                 if n > 0:
+                    self._read_left -= n
                     if n == len(q):  # the client takes all: no pop per message
                         batch = list(q)
                         q.clear()
@@ -281,9 +282,7 @@ class Channel:
                     self._send(client, batch, now)
                 if client.in_flight_count >= client.ready_count or client.closing or client.write_paused or client.out_full:
                     del ready[client]
-                elif n > 0:
-                    # rotate: the next pump starts with another ready client,
-                    # so one-at-a-time publishes are shared between consumers
+                elif n > 0:  # rotate: the next pump starts with another client (one-at-a-time PUBs shared)
                     del ready[client]
                     ready[client] = None
                 if not q:
@@ -327,6 +326,7 @@ class Channel:
             for e in rest:
                 del in_flight[e[0]]
             self.queue.extendleft(reversed(rest))
+            self._read_left = max(self._read_left, 0) + len(rest)
         heapq.heappush(self._in_flight_pq, (deadline, next(_seq), list(map(_ID_OF, entries))))
         self._pq_refs += len(entries)
         if self._pq_refs > self._pq_limit:
