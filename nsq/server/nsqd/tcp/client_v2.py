@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import time
 from typing import TYPE_CHECKING, Any, cast
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["ClientV2"]
 
 log = logging.getLogger("nsq.nsqd")
+_BODY = operator.itemgetter(1)  # of a Message
 
 _OK_FRAME = encode_frame(FRAME_TYPE_RESPONSE, OK)
 _HEARTBEAT_FRAME = encode_frame(FRAME_TYPE_RESPONSE, HEARTBEAT)
@@ -474,18 +476,24 @@ class ClientV2(asyncio.Protocol):
         out = self.out
         pack = _MSG_FRAME_HDR.pack
         room = self.OUT_BUDGET - len(out)
-        n = 0
-        for msg_id, body, ts, attempts, _, _, _, _ in msgs:
-            if room <= 0:
-                break
-            size = len(body) + 30
-            room -= size
-            out += pack(size, 2, ts, attempts)
-            out += msg_id
-            out += body
-            n += 1
-        if room <= 0:
-            self.out_full = True
+        n = len(msgs)
+        if sum(map(len, map(_BODY, msgs))) + 30 * n < room:  # all fit (the usual case): no check per message
+            for msg_id, body, ts, attempts, _, _, _, _ in msgs:
+                out += pack(len(body) + 30, 2, ts, attempts)
+                out += msg_id
+                out += body
+        else:
+            n = 0
+            for msg_id, body, ts, attempts, _, _, _, _ in msgs:
+                if room <= 0:
+                    break
+                size = len(body) + 30
+                room -= size
+                out += pack(size, 2, ts, attempts)
+                out += msg_id
+                out += body
+                n += 1
+            self.out_full = room <= 0
         self.in_flight_count += n
         self.message_count += n
         if not self.dirty:
