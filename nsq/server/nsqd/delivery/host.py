@@ -149,9 +149,11 @@ class Subscriber(Protocol):
     def negotiated(self) -> Settings: ...
 
     def send_messages(self, msgs: list[Any]) -> int:
-        """Write message frames for the first of ``msgs`` (in-flight
-        :data:`Message` lists) that fit this turn's output budget, at least
-        one; returns how many (the channel takes the rest back)."""
+        """Write message frames for ``msgs`` (in-flight :data:`Message`
+        lists) while this turn's output holds less than :data:`TURN_BYTES`
+        (one message may pass it); returns how many were written, 0 when it
+        was full already (the channel takes the rest back). Sets
+        ``out_full`` once the budget is reached."""
 
     def timed_out_message(self) -> None:
         """One of its in-flight messages timed out (its in-flight count drops)."""
