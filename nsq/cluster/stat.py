@@ -83,8 +83,9 @@ def replication_line(node: NodeReport, topic: str) -> str | None:
     leader with no replica and ``--replica-acks=0``).
 
     - a replica: ``replication: ADDR replica of LEADER epoch E lag N msgs
-      S.SSs`` (its lag over every topic, the only figure its ``/stats``
-      has), ``(not connected)`` after the leader while it is cut off;
+      S.SSs`` (its lag for ``topic``, over every topic when it has no
+      figure for it), ``(not connected)`` after the leader while it is cut
+      off;
     - a leader: ``replication: ADDR leader epoch E acks A, replica R lag N
       msgs S.SSs, ...`` with each replica's lag for ``topic`` (its lag
       over every topic when the topic has no log there), or ``no
@@ -97,7 +98,8 @@ def replication_line(node: NodeReport, topic: str) -> str | None:
         epoch = int(rep.get("epoch") or 0)
         if rep.get("role") == "replica":
             cut = "" if rep.get("connected") else " (not connected)"
-            return f"replication: {node.address} replica of {rep.get('leader')}{cut} epoch {epoch} {_lag(rep)}"
+            own = (rep.get("topics") or {}).get(topic) or rep
+            return f"replication: {node.address} replica of {rep.get('leader')}{cut} epoch {epoch} {_lag(own)}"
         replicas = [r for r in rep.get("replicas") or [] if isinstance(r, dict)]
         acks = int(rep.get("replica_acks") or 0)
         if rep.get("role") != "leader" or not (replicas or acks):

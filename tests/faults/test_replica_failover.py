@@ -236,7 +236,7 @@ async def test_async_replica_lag_and_loss_bounded_by_it(make_cluster, report):
     report(Row("leader lost with acks=0, replica promoted", stream.label, len(stream.acked), len(stream.acked & copied),
                len(lost), 0, None, None, f"replica lag max {max(lags):.2f} s over {len(lags)} samples while "
                f"bench_writer published {bulk} messages in 4 s; lag at the kill {lag_msgs} msgs"))
-    # the leader's lag_seconds counts from when the replica last had its whole head: on 2 shared cores
-    # with bench_writer at full rate it reads 0.3-0.6 s; 3 s tells "keeps up" from "falls behind"
+    # lag_seconds is the age of the first message the replica has not confirmed; the goal is under 1 s,
+    # the bound 3 s so that 2 shared cores under a CI load tell "keeps up" from "falls behind"
     assert max(lags) < 3.0
     assert len(lost) <= max(lag_msgs, 0) + 5, f"{len(lost)} lost, lag was {lag_msgs}"

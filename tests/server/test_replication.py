@@ -321,3 +321,39 @@ async def test_old_leader_restarted_as_leader_cannot_acknowledge(make_nsqd, tmp_
     assert status == 503 and b"not written by 1 replica" in body
     # and the new leader refuses to follow it: a leader is no replica
     assert not b.replica_of
+
+
+async def test_lag_is_the_age_of_the_first_missing_message(make_nsqd, tmp_path, session) -> None:
+    """The leader's lag in seconds per replica and topic is the age of the
+    first message the replica has not confirmed (its publish timestamp), not
+    the time since the copy last matched the head; the replica shows its own
+    lag per topic, bounded by the newest message it copied."""
+    from nsq.server.nsqd.replication.leader import lag_seconds
+
+    leader, replica = await pair(make_nsqd, tmp_path)
+    lh = HTTP(session, leader.http_port)
+    assert (await lh.post("/mpub", data="\n".join(f"m{i}" for i in range(10)), topic="t"))[0] == 200
+    await wait_for(lambda: head(replica, "t") == 10
+                   and leader.replication.sessions[0].acked.get("t") == 10, timeout=10)
+    tlog = leader.topics["t"].store.log
+    ts4 = tlog.timestamp_at(4)
+    assert ts4 is not None
+    # a copy holding offsets 0..3 lacks message 4: its age, whatever the time since the copy matched
+    assert lag_seconds(tlog, 4, ts4 + 2_500_000_000) == pytest.approx(2.5)
+    assert lag_seconds(tlog, 10, ts4 + 2_500_000_000) == 0.0
+    status = leader.replication.status()
+    assert status is not None
+    assert status["replicas"][0]["topics"]["t"] == {"offset": 10, "lag_messages": 0, "lag_seconds": 0.0}
+
+    rstatus = (await HTTP(session, replica.http_port).stats())["replication"]
+    assert rstatus["topics"]["t"] == {"offset": 10, "leader_head": 10, "lag_messages": 0, "lag_seconds": 0.0}
+    follower = replica.replication.follower
+    assert follower is not None
+    # a records frame announced a head 5 further on: the replica is behind by at most the newest copied message's age
+    follower.leader_heads["t"] = 15
+    last = replica.topics["t"].store.log.timestamp_at(9)
+    assert last is not None
+    lag = follower.topic_lag(last + 1_500_000_000)["t"]
+    assert lag == {"offset": 10, "leader_head": 15, "lag_messages": 5, "lag_seconds": 1.5}
+    text = (await HTTP(session, replica.http_port).get("/stats"))[1]
+    assert b"[t                    ] offset: 10 lag: 5 msgs" in text

@@ -50,11 +50,12 @@ class Follower:
         self.repl = repl
         self.leader = leader
         self.connected = False
+        #: when the stream was last opened (ns since the epoch)
+        self.connected_at = time.time_ns()
         self.leader_epoch = 0
-        #: per topic, the leader's head in its last state message
+        #: per topic, the leader's head as last heard of (a records frame; a
+        #: state message for a topic no frame has come for yet)
         self.leader_heads: dict[str, int] = {}
-        #: when this copy last matched the leader's head (monotonic s)
-        self.caught_up_at = time.monotonic()
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
 
@@ -77,7 +78,7 @@ class Follower:
         self.connected = False
 
     def lag_messages(self) -> int:
-        """Messages the leader had at its last state message that this copy has not."""
+        """Messages the leader had, as last heard of, that this copy has not."""
         lag = 0
         for name, head in self.leader_heads.items():
             copy = self._copy(name)
@@ -90,9 +91,28 @@ class Follower:
         tlog = getattr(topic.store, "log", None) if topic is not None else None
         return tlog if isinstance(tlog, ReplicaLog) else None
 
+    def topic_lag(self, now_ns: int) -> dict[str, dict[str, Any]]:
+        """Per topic: ``offset`` (this copy's head), ``leader_head`` (as last
+        heard of), ``lag_messages`` and ``lag_seconds``: while behind, the
+        age (s) of the newest message copied, at most the age of the first
+        one missing and, at a steady rate, within one message of it; 0.0
+        while the copy has the leader's head."""
+        out = {}
+        for name, head in self.leader_heads.items():
+            copy = self._copy(name)
+            have = copy.head if copy is not None else 0
+            seconds = 0.0
+            if head > have:
+                ts = copy.timestamp_at(have - 1) if copy is not None and have > copy.first else None
+                # nothing copied yet: at least as long as this connection (the messages were there)
+                seconds = max(0.0, (now_ns - (ts if ts is not None else self.connected_at)) / 1e9)
+            out[name] = {"offset": have, "leader_head": head, "lag_messages": max(0, head - have),
+                         "lag_seconds": round(seconds, 3)}
+        return out
+
     def lag_seconds(self) -> float:
-        """Seconds since this copy last matched the leader (0 while it does)."""
-        return 0.0 if not self.lag_messages() else time.monotonic() - self.caught_up_at
+        """The largest of :meth:`topic_lag`'s ``lag_seconds`` (s)."""
+        return max((t["lag_seconds"] for t in self.topic_lag(time.time_ns()).values()), default=0.0)
 
     # -- the connection ----------------------------------------------------------------
 
@@ -147,6 +167,8 @@ class Follower:
         if epoch < self.repl.epoch:
             raise ReplicationError(f"the leader's epoch {epoch} is older than this node's {self.repl.epoch}")
         self.leader_epoch = epoch
+        self.leader_heads = {}
+        self.connected_at = time.time_ns()
         for name, offset in (hello.get("cut") or {}).items():
             copy = self._copy(name)
             if copy is not None:
@@ -184,8 +206,6 @@ class Follower:
             raise ReplicationError(f"TOPIC({name}): failed to write the copy - {exc}") from None
         head = store.log.head
         self.leader_heads[name] = max(leader_head, head)
-        if head >= leader_head and not self.lag_messages():
-            self.caught_up_at = time.monotonic()
         return name, head
 
     async def _ack(self, ws: aiohttp.ClientWebSocketResponse, name: str, head: int) -> None:
@@ -204,6 +224,7 @@ class Follower:
         nsqd = self.nsqd
         topics: dict[str, Any] = state.get("topics") or {}
         for name in state.get("deleted_topics") or []:
+            self.leader_heads.pop(name, None)
             if nsqd.topics.get(name) is not None:
                 log.info("REPLICA: topic %s deleted on the leader", name)
                 nsqd.delete_topic(name)
@@ -216,9 +237,10 @@ class Follower:
         for name, info in topics.items():
             if is_valid_topic_name(name) and not name.endswith("#ephemeral"):
                 self._apply_topic(name, info)
-        self.leader_heads = {n: int(t.get("head", 0)) for n, t in topics.items()}
-        if not self.lag_messages():
-            self.caught_up_at = time.monotonic()
+        # the records frames that follow a state message say the head of each topic they copy (a state
+        # head ahead of them would show a lag for the moment in between); a new topic's head is known here
+        heads = self.leader_heads
+        self.leader_heads = {n: heads.get(n, int(t.get("head", 0))) for n, t in topics.items()}
 
     def _apply_topic(self, name: str, info: dict[str, Any]) -> None:
         topic = self._topic(name)

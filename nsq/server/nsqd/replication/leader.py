@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from nsq.server.nsqd.replication.node import Replication
     from nsq.server.nsqd.storage.topiclog import TopicLog
 
-__all__ = ["Session", "Acks", "stream_handler", "leader_state", "divergence"]
+__all__ = ["Session", "Acks", "stream_handler", "leader_state", "divergence", "lag_seconds"]
 
 log = logging.getLogger("nsq.nsqd")
 
@@ -44,8 +44,6 @@ class Session:
     Attributes:
         address: where it says it serves HTTP (``host:port``).
         acked: per topic, the head it confirmed (records below it written).
-        acked_at: per topic, when (monotonic s) it last caught up with the
-            leader's head then (its lag in seconds is measured from there).
         sent: per topic, the offset the next page starts at.
         dirty: the topics appended to since the sender last looked.
         changed: topics or channels changed since the last state message.
@@ -54,7 +52,6 @@ class Session:
     def __init__(self, address: str) -> None:
         self.address = address
         self.acked: dict[str, int] = {}
-        self.acked_at: dict[str, float] = {}
         self.sent: dict[str, int] = {}
         self.dirty: set[str] = set()
         self.changed = False
@@ -125,6 +122,19 @@ class Acks:
             else:
                 keep.append((need, fut, handle))
         self._waiters = keep
+
+
+def lag_seconds(tlog: TopicLog, have: int, now_ns: int) -> float:
+    """How old (s) the first message of ``tlog`` below its head that a copy
+    holding offsets below ``have`` lacks is: ``now_ns`` (ns since the epoch)
+    less its publish timestamp, 0.0 when the copy has the whole head. The
+    age of the oldest missing message, as Kafka's record-timestamp lag; a
+    message older than the log's retention counts from the first retained
+    one."""
+    if have >= tlog.head:
+        return 0.0
+    ts = tlog.timestamp_at(max(have, tlog.first))
+    return max(0.0, (now_ns - ts) / 1e9) if ts is not None else 0.0
 
 
 def _wal_topics(nsqd: ReplicationHost) -> dict[str, Any]:
@@ -227,10 +237,6 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
                     break
                 if head > sess.acked.get(name, -1):
                     sess.acked[name] = head
-                topic = nsqd.topics.get(name)
-                tlog = getattr(topic.store, "log", None) if topic is not None else None
-                if tlog is not None and head >= tlog.head:
-                    sess.acked_at[name] = time.monotonic()
                 repl.acks.acked()
             elif msg.type == WSMsgType.TEXT:
                 log.error("REPLICA(%s): unexpected text %r", sess.address, msg.data[:80])

@@ -28,7 +28,7 @@ from aiohttp import web
 
 from nsq.server.httpapi import HTTPError, json_response
 from nsq.server.nsqd.delivery.replicastore import refusal
-from nsq.server.nsqd.replication.leader import Acks, Session, stream_handler
+from nsq.server.nsqd.replication.leader import Acks, Session, lag_seconds, stream_handler
 from nsq.server.nsqd.storage.atomicfile import replace_atomically
 
 if TYPE_CHECKING:
@@ -277,13 +277,15 @@ class Replication:
         if not self.enabled:
             return None
         nsqd = self.nsqd
-        now = time.monotonic()
+        now_ns = time.time_ns()
         if nsqd.replica_of:
             f = self.follower
+            topics = f.topic_lag(now_ns) if f else {}
             return {"role": "replica", "leader": nsqd.replica_of, "epoch": self.epoch,
                     "connected": bool(f and f.connected),
-                    "lag_messages": f.lag_messages() if f else 0,
-                    "lag_seconds": round(f.lag_seconds(), 3) if f else 0.0}
+                    "lag_messages": sum(t["lag_messages"] for t in topics.values()),
+                    "lag_seconds": max((t["lag_seconds"] for t in topics.values()), default=0.0),
+                    "topics": topics}
         replicas = []
         for sess in self.sessions:
             topics = {}
@@ -292,9 +294,8 @@ class Replication:
                 if tlog is None or topic.ephemeral:
                     continue
                 acked = sess.acked.get(name, 0)
-                lag = max(0, tlog.head - acked)
-                topics[name] = {"offset": acked, "lag_messages": lag,
-                                "lag_seconds": round(now - sess.acked_at.get(name, now), 3) if lag else 0.0}
+                topics[name] = {"offset": acked, "lag_messages": max(0, tlog.head - acked),
+                                "lag_seconds": round(lag_seconds(tlog, acked, now_ns), 3)}
             replicas.append({"address": sess.address, "topics": topics,
                              "lag_messages": sum(t["lag_messages"] for t in topics.values()),
                              "lag_seconds": max((t["lag_seconds"] for t in topics.values()), default=0.0)})

@@ -56,8 +56,11 @@ def _replication_text(rep: dict | None) -> list[str]:
         return []
     if rep["role"] == "replica":
         state = "connected" if rep.get("connected") else "not connected"
-        return ["", f"Replication: replica of {rep['leader']}, epoch {rep['epoch']}, {state}, "
-                    f"lag: {rep['lag_messages']} msgs {rep['lag_seconds']:.1f}s"]
+        out = ["", f"Replication: replica of {rep['leader']}, epoch {rep['epoch']}, {state}, "
+                   f"lag: {rep['lag_messages']} msgs {rep['lag_seconds']:.1f}s"]
+        for name, t in sorted((rep.get("topics") or {}).items()):
+            out.append(f"   [{name:<21}] offset: {t['offset']} lag: {t['lag_messages']} msgs {t['lag_seconds']:.1f}s")
+        return out
     out = ["", f"Replication: leader, epoch {rep['epoch']}, replica-acks {rep['replica_acks']}, "
                f"{len(rep['replicas'])} replicas"]
     for r in rep["replicas"]:

@@ -526,7 +526,7 @@ class TopicLog(AppendFile):
     def timestamp_at(self, offset: int) -> int | None:
         """The publish timestamp (ns) of the message at ``offset``, or None
         if it is not retained (or damaged)."""
-        records, _ = self.read(offset, 1)
+        records, _ = self.read(offset, 1, 256)
         return records[0][3] if records and records[0][0] == offset else None
 
     def offset_for_time(self, ts_ns: int) -> int:
