@@ -286,8 +286,8 @@ def _replication_families(stats: NSQDStats) -> Iterator[Metric]:
                             "while connected to its leader.", value=replicas)
     yield GaugeMetricFamily("nsq_replication_lag_messages", "Messages not copied yet: on a leader, the largest "
                             "lag of its replicas; on a replica, its own.", value=lag_msgs)
-    yield GaugeMetricFamily("nsq_replication_lag_seconds", "How long the copy has been behind (s; 0 while it has "
-                            "everything): the largest of the replicas on a leader.", value=lag_s)
+    yield GaugeMetricFamily("nsq_replication_lag_seconds", "Age of the oldest message not copied yet (s; 0 "
+                            "while the copy has everything): the largest of the replicas on a leader.", value=lag_s)
 
 
 # -- the text format, written fast ----------------------------------------------
