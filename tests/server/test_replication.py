@@ -357,3 +357,39 @@ async def test_lag_is_the_age_of_the_first_missing_message(make_nsqd, tmp_path, 
     assert lag == {"offset": 10, "leader_head": 15, "lag_messages": 5, "lag_seconds": 1.5}
     text = (await HTTP(session, replica.http_port).get("/stats"))[1]
     assert b"[t                    ] offset: 10 lag: 5 msgs" in text
+
+
+async def test_a_topic_deleted_while_the_replica_was_away_is_dropped(make_nsqd, tmp_path, session) -> None:
+    """A topic deleted on the leader while its replica is down is deleted on
+    the replica when it comes back (the leader's tombstone); one deleted and
+    created again meanwhile is copied afresh (its log's id changed), never
+    mixed with the old copy's records; a topic the leader holds no
+    tombstone for is kept."""
+    leader, replica = await pair(make_nsqd, tmp_path)
+    lh = HTTP(session, leader.http_port)
+    for topic in ("gone", "again", "kept"):
+        assert (await lh.post("/mpub", data="\n".join(f"{topic}-old{i}" for i in range(5)), topic=topic))[0] == 200
+    await wait_for(lambda: all(head(replica, t) == 5 for t in ("gone", "again", "kept")), timeout=10)
+    old_id = replica.replication.log_id(replica.topics["again"].store.log)
+    assert old_id and old_id == leader.replication.log_id(leader.topics["again"].store.log)
+    await replica.stop()
+    assert (await lh.post("/topic/delete", topic="gone"))[0] == 200
+    assert (await lh.post("/topic/delete", topic="again"))[0] == 200
+    assert (await lh.post("/mpub", data="\n".join(f"new{i}" for i in range(3)), topic="again"))[0] == 200
+    assert "gone" in leader.replication.deleted
+    replica = await make_nsqd(data_path=str(tmp_path / "b"), storage="wal", max_bytes_per_file=4096,
+                              replica_of=f"127.0.0.1:{leader.http_port}")
+    await wait_for(lambda: "gone" not in replica.topics and head(replica, "again") == 3, timeout=10)
+    assert not os.path.exists(os.path.join(replica.data_path, "gone.wal"))
+    records, _ = replica.topics["again"].store.log.read(0, 10)
+    assert [r[2] for r in records] == [b"new0", b"new1", b"new2"]
+    assert segments(replica, "again") == segments(leader, "again")
+    await wait_for(lambda: replica.replication.log_id(replica.topics["again"].store.log)
+                   == leader.replication.log_id(leader.topics["again"].store.log) != old_id, timeout=10)
+    assert head(replica, "kept") == 5
+    # the tombstones outlive a restart of the leader
+    port = leader.http_port
+    await leader.stop()
+    leader = await make_nsqd(data_path=str(tmp_path / "a"), storage="wal", max_bytes_per_file=4096,
+                             http_address=f"127.0.0.1:{port}")
+    assert "gone" in leader.replication.deleted and "again" in leader.replication.deleted

@@ -371,6 +371,9 @@ class NSQD:
         if topic is None:
             return False
         log.info("TOPIC(%s): deleting", name)
+        topic_log = getattr(topic.store, "log", None)
+        if topic_log is not None and not topic.ephemeral:
+            self.replication.detach(topic_log)
         topic.close(delete=True)
         self.lookupds.unregister(name)
         if not topic.ephemeral:

@@ -2,8 +2,9 @@
 
 :class:`Follower` keeps a WebSocket to the leader's ``GET /replica/stream``
 open (reconnecting with a backoff after any failure), says hello with this
-node's epoch and, per topic, its head and epoch history, cuts what the
-leader says diverged, then writes every page of records it is sent into
+node's epoch and, per topic, its head, epoch history and log id, drops
+the copies of topics the leader deleted meanwhile, cuts what the leader
+says diverged, then writes every page of records it is sent into
 the topic's copy (:meth:`ReplicaTopicStore.copy`, checked record by record
 first) and acknowledges its head: after the fsync with ``--sync-every=1``,
 after the write otherwise (the replica's own sync policy). State messages
@@ -146,7 +147,7 @@ class Follower:
         for name, topic in self.nsqd.topics.items():
             tlog = getattr(topic.store, "log", None)
             if tlog is not None and not topic.ephemeral:
-                topics[name] = {"head": tlog.head, "epochs": self.repl.epochs_of(tlog)}
+                topics[name] = {"head": tlog.head, "epochs": self.repl.epochs_of(tlog), "id": self.repl.log_id(tlog)}
         return {"type": "hello", "epoch": self.repl.epoch,
                 "cluster": self.repl.cluster if self.repl.holds_data() else "",
                 "node_id": self.nsqd.options.node_id,
@@ -169,6 +170,11 @@ class Follower:
         self.leader_epoch = epoch
         self.leader_heads = {}
         self.connected_at = time.time_ns()
+        for name in hello.get("drop") or []:
+            if self.nsqd.topics.get(name) is not None:
+                log.warning("REPLICA: topic %s was deleted on the leader while this replica was away: "
+                            "deleting its copy", name)
+                self.nsqd.delete_topic(name)
         for name, offset in (hello.get("cut") or {}).items():
             copy = self._copy(name)
             if copy is not None:
@@ -266,7 +272,9 @@ class Follower:
         epochs = info.get("epochs")
         if isinstance(epochs, list):
             try:
-                self.repl.set_epochs(store.log, [[int(e), int(o)] for e, o in epochs])
+                log_id = info.get("id")
+                self.repl.set_epochs(store.log, [[int(e), int(o)] for e, o in epochs],
+                                     str(log_id) if log_id else None)
             except OSError as exc:
                 log.error("TOPIC(%s): failed to copy its epochs - %s", name, exc)
         store.follow(topic, int(info.get("visible", 0)), int(info.get("first", 0)))

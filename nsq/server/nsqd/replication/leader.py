@@ -4,7 +4,9 @@ A replica connects to ``GET /replica/stream`` (a WebSocket) and says hello
 with its epoch and, per topic, its head and epoch history. The leader
 answers with its state, tells the replica where to cut a log that
 diverged (the end of the replica's last epoch in the leader's history:
-Kafka's leader-epoch truncation, KIP-101), then sends, per durable topic,
+Kafka's leader-epoch truncation, KIP-101) and which copies to drop (of a
+topic deleted since, by its tombstone, or deleted and created again, by
+its log's id), then sends, per durable topic,
 the records from the replica's head on as its log holds them, waking up on
 each append, and its state again every ``--sync-timeout`` (topics,
 channels, pause, retention, each channel's checkpoint). The replica
@@ -162,7 +164,7 @@ def leader_state(nsqd: ReplicationHost, repl: Replication) -> dict[str, Any]:
         topics[name] = {
             "first": tlog.first, "head": tlog.head, "visible": store.visible, "paused": topic.paused,
             "retention": [store.retention_time, store.retention_bytes] if store._own_retention else None,
-            "epochs": repl.epochs_of(tlog), "channels": channels,
+            "epochs": repl.epochs_of(tlog), "id": repl.log_id(tlog), "channels": channels,
         }
     return {"type": "state", "epoch": repl.epoch, "node_id": nsqd.options.node_id, "topics": topics}
 
@@ -197,7 +199,8 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
         if not isinstance(hello, dict) or not isinstance(hello.get("topics") or {}, dict):
             raise ValueError(f"not a hello: {str(hello)[:80]!r}")
         refusal = repl.refuse_replica(hello)
-        wanted = {str(name): (int(have.get("head", 0)), [[int(e), int(o)] for e, o in have.get("epochs") or []])
+        wanted = {str(name): (int(have.get("head", 0)), [[int(e), int(o)] for e, o in have.get("epochs") or []],
+                              str(have.get("id") or ""))
                   for name, have in (hello.get("topics") or {}).items()}
     except (ValueError, TypeError, AttributeError) as exc:
         log.error("REPLICA(%s): bad hello - %s", request.remote, exc)
@@ -211,21 +214,28 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
     sess = Session(str(hello.get("address", request.remote)))
     topics = _wal_topics(nsqd)
     cuts = {}
-    for name, (head, epochs) in wanted.items():
+    drop = []  # copies of a topic deleted here (and maybe created again) while the replica was away
+    for name, (head, epochs, log_id) in wanted.items():
         topic = topics.get(name)
         if topic is None:
+            if name in repl.deleted:
+                drop.append(name)
             continue
         tlog = topic.store.log
+        if log_id and repl.log_id(tlog) and log_id != repl.log_id(tlog):
+            drop.append(name)
+            continue
         cut = divergence(repl.epochs_of(tlog), tlog.head, epochs, head)
         if cut < head:
             cuts[name] = cut
         sess.sent[name] = cut
     await ws.send_json({"type": "hello", "epoch": repl.epoch, "cluster": repl.cluster, "node_id": nsqd.options.node_id,
-                        "cut": cuts})
+                        "cut": cuts, "drop": drop})
     await ws.send_json(leader_state(nsqd, repl))
     repl.sessions.append(sess)
     repl.watch()
-    log.info("REPLICA(%s): following from %s (%d topics to cut back)", sess.address, request.remote, len(cuts))
+    log.info("REPLICA(%s): following from %s (%d topics to cut back, %d to drop)", sess.address, request.remote,
+             len(cuts), len(drop))
     sender = asyncio.ensure_future(_send(ws, nsqd, repl, sess))
     try:
         async for msg in ws:

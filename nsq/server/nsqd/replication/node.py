@@ -4,9 +4,15 @@ Every ``--storage=wal`` nsqd is a leader (the default) or, with
 ``--replica-of``, a replica of one leader for all its durable topics.
 
 - ``nsqd.replication.json`` in the data path holds the node's leader
-  epoch (0 until a first promotion); each topic log's ``epochs.json``
-  holds ``[[epoch, first offset], ...]``: from which offset on its records
-  were written in which epoch (Kafka's leader-epoch checkpoint).
+  epoch (0 until a first promotion), its cluster id and the tombstones of
+  the durable topics deleted on it (name: when, ns), so a replica away
+  while a topic was deleted drops its copy when it comes back; each topic
+  log's ``epochs.json`` holds ``{"id": ..., "epochs": [[epoch, first
+  offset], ...]}``: the log's id (made by the leader that created it,
+  copied by its replicas: a topic deleted and created again has a new one)
+  and from which offset on its records were written in which epoch
+  (Kafka's leader-epoch checkpoint; a bare list is read as an old file
+  with no id).
 - ``GET /replica/stream``: a replica's session (:mod:`.leader`).
 - ``POST /replica/promote``: a replica becomes the leader with a new epoch.
 - ``GET /replica/status``: role, leader, epoch, replicas and lag (JSON).
@@ -42,6 +48,8 @@ log = logging.getLogger("nsq.nsqd")
 
 STATE_FILE = "nsqd.replication.json"
 EPOCHS_FILE = "epochs.json"
+#: tombstones kept (the oldest go first)
+TOMBSTONES = 10_000
 
 #: HTTP paths a replica refuses (POST): they would change what the leader decides
 _CHANGES = frozenset({"/pub", "/mpub", "/topic/create", "/topic/delete", "/topic/empty", "/topic/pause",
@@ -71,7 +79,10 @@ class Replication:
         self.acks = Acks(opts.replica_acks, opts.replica_timeout)
         self.acks.sessions = self.sessions
         self.follower: Follower | None = None
-        self._epochs: dict[str, list[list[int]]] = {}
+        #: durable topics deleted on this node: name -> when (ns since the epoch)
+        self.deleted: dict[str, int] = {}
+        #: per log path: its id and epoch history
+        self._logs: dict[str, tuple[str, list[list[int]]]] = {}
 
     # -- start, stop -----------------------------------------------------------------
 
@@ -84,6 +95,7 @@ class Replication:
                 doc = json.loads(fh.read())
             self.epoch = int(doc["epoch"])
             self.cluster = str(doc.get("cluster", ""))
+            self.deleted = {str(n): int(t) for n, t in (doc.get("deleted") or {}).items()}
         except FileNotFoundError:
             pass
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -95,7 +107,8 @@ class Replication:
     def _save(self) -> None:
         if self.nsqd.data_path:
             doc = {"epoch": self.epoch, "cluster": self.cluster,
-                   "role": "replica" if self.nsqd.replica_of else "leader", "leader": self.nsqd.replica_of}
+                   "role": "replica" if self.nsqd.replica_of else "leader", "leader": self.nsqd.replica_of,
+                   "deleted": self.deleted}
             replace_atomically(os.path.join(self.nsqd.data_path, STATE_FILE), json.dumps(doc).encode())
 
     def add_routes(self, app: web.Application) -> None:
@@ -172,33 +185,64 @@ class Replication:
         the owed appends acknowledged by ``--replica-acks`` replicas."""
         return self.acks.barrier()
 
-    def epochs_of(self, tlog: TopicLog) -> list[list[int]]:
-        """The log's ``[[epoch, first offset], ...]``."""
-        epochs = self._epochs.get(tlog.path)
-        if epochs is None:
+    def detach(self, tlog: TopicLog) -> None:
+        """A durable topic's log is being deleted: keep its tombstone (a
+        replica that was away drops its copy when it comes back)."""
+        self._logs.pop(tlog.path, None)
+        if not self.enabled:
+            return
+        self.deleted.pop(tlog.name, None)
+        self.deleted[tlog.name] = time.time_ns()
+        while len(self.deleted) > TOMBSTONES:
+            del self.deleted[next(iter(self.deleted))]
+        try:
+            self._save()
+        except OSError as exc:
+            log.error("TOPIC(%s): failed to write the tombstone in %s - %s", tlog.name, STATE_FILE, exc)
+
+    def _read_log(self, tlog: TopicLog) -> tuple[str, list[list[int]]]:
+        got = self._logs.get(tlog.path)
+        if got is None:
             try:
                 with open(os.path.join(tlog.path, EPOCHS_FILE), "rb") as fh:
-                    epochs = [[int(e), int(o)] for e, o in json.loads(fh.read())]
+                    doc = json.loads(fh.read())
+                if isinstance(doc, list):  # written before logs had an id
+                    doc = {"id": "", "epochs": doc}
+                got = (str(doc.get("id", "")), [[int(e), int(o)] for e, o in doc.get("epochs") or []])
             except FileNotFoundError:
-                epochs = []
-            except (OSError, ValueError, TypeError) as exc:
+                got = ("", [])
+            except (OSError, ValueError, TypeError, AttributeError) as exc:
                 log.error("TOPIC(%s): unreadable %s (%s)", tlog.name, EPOCHS_FILE, exc)
-                epochs = []
-            self._epochs[tlog.path] = epochs
-        return epochs
+                got = ("", [])
+            self._logs[tlog.path] = got
+        return got
 
-    def set_epochs(self, tlog: TopicLog, epochs: list[list[int]]) -> None:
-        """Write the log's epoch history (a replica copies its leader's)."""
-        if self.epochs_of(tlog) == epochs:
+    def epochs_of(self, tlog: TopicLog) -> list[list[int]]:
+        """The log's ``[[epoch, first offset], ...]``."""
+        return self._read_log(tlog)[1]
+
+    def log_id(self, tlog: TopicLog) -> str:
+        """The log's id ("" for a log from before ids, until its leader's is copied)."""
+        return self._read_log(tlog)[0]
+
+    def set_epochs(self, tlog: TopicLog, epochs: list[list[int]], log_id: str | None = None) -> None:
+        """Write the log's epoch history, and its id (a replica copies its
+        leader's; None keeps the one it has)."""
+        have_id, have = self._read_log(tlog)
+        new_id = have_id if log_id is None else log_id
+        if (have_id, have) == (new_id, epochs):
             return
-        replace_atomically(os.path.join(tlog.path, EPOCHS_FILE), json.dumps(epochs).encode())
-        self._epochs[tlog.path] = [list(e) for e in epochs]
+        doc = {"id": new_id, "epochs": epochs}
+        replace_atomically(os.path.join(tlog.path, EPOCHS_FILE), json.dumps(doc).encode())
+        self._logs[tlog.path] = (new_id, [list(e) for e in epochs])
 
     def _mark_epoch(self, tlog: TopicLog) -> None:
-        epochs = self.epochs_of(tlog)
-        if not epochs or epochs[-1][0] < self.epoch:
+        log_id, epochs = self._read_log(tlog)
+        if not epochs or epochs[-1][0] < self.epoch or not log_id:
+            if not epochs or epochs[-1][0] < self.epoch:
+                epochs = epochs + [[self.epoch, tlog.head]]
             try:
-                self.set_epochs(tlog, epochs + [[self.epoch, tlog.head]])
+                self.set_epochs(tlog, epochs, log_id or os.urandom(8).hex())
             except OSError as exc:
                 log.error("TOPIC(%s): failed to write %s - %s", tlog.name, EPOCHS_FILE, exc)
 
