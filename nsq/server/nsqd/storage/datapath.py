@@ -248,7 +248,8 @@ class DataPath:
         self.owed.clear()
         if not futures:
             return None
-        return asyncio.gather(*futures)
+        # one owed (the usual case): that future itself, without a gather's extra loop turn
+        return futures[0] if len(futures) == 1 else asyncio.gather(*futures)
 
     def _sync_strict_leftovers(self) -> None:
         """Writes no publisher waits for (timeouts, requeues): sync them too."""

@@ -153,6 +153,10 @@ class ClientV2(asyncio.Protocol):
         self.last_recv = self._loop.time()
         if self._spinner is not None:
             self._spinner.touch(self.last_recv)
+        if self._waiting is not None and self.transport is not None:
+            # bytes while an answer waits (fsync, replicas): held, and reading stops
+            # until it is sent; a client that waits for each answer never gets here
+            self.transport.pause_reading()
         try:
             if self.codec is None:
                 if (self._lane and len(data) <= self.SMALL_READ and self._waiting is None and not self.closed
@@ -338,8 +342,10 @@ class ClientV2(asyncio.Protocol):
             self.transport.resume_reading()
 
     def _wait_for(self, barrier: asyncio.Future[Any]) -> None:
+        # reading goes on until more bytes come (data_received pauses it then): a stop and a
+        # start of reading are two epoll_ctl calls per PUB for a client that waits for each OK
         self._waiting = barrier
-        if self.transport is not None:
+        if self.transport is not None and (self.parser.buffered or (self.codec is not None and self.codec.pending)):
             self.transport.pause_reading()
         barrier.add_done_callback(self._barrier_done)
 
