@@ -432,3 +432,25 @@ async def test_failed_start_never_overwrites_another_nsqds_metadata(tmp_path):
     await second.stop()
     assert (tmp_path / "nsqd.dat").read_bytes() == before
     await first.stop()
+
+
+async def test_sync_every_1_pipelined_publishes_each_wait_their_fsync(tmp_path):
+    """PUBs sent in one burst while the first waits for its fsync: each is
+    answered OK in order, after its own sync (reading stops while one waits
+    and more bytes come, then goes on)."""
+    import struct
+
+    d = await start(tmp_path, mem_queue_size=0, sync_every=1)
+    try:
+        host, port = d.tcp_address.rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        body = b"y" * 100
+        pub = b"PUB p\n" + struct.pack(">i", len(body)) + body
+        writer.write(b"  V2" + pub * 300)
+        for _ in range(300):
+            size, kind = struct.unpack(">ii", await asyncio.wait_for(reader.readexactly(8), 10))
+            assert (kind, await reader.readexactly(size - 4)) == (0, b"OK")
+        assert (tmp_path / "p.diskqueue.meta.dat").read_bytes().split(b"\n")[0] == b"300"
+        writer.close()
+    finally:
+        await d.stop()
