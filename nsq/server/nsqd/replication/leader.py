@@ -38,6 +38,8 @@ log = logging.getLogger("nsq.nsqd")
 
 #: bytes of records per frame (at least one record)
 PAGE = 1 << 20
+#: with --replica-acks=0, how long (s) the sender waits after an append for more before sending
+LINGER = 0.002
 
 
 class Session:
@@ -318,6 +320,10 @@ async def _send(ws: web.WebSocketResponse, nsqd: ReplicationHost, repl: Replicat
             finally:
                 timer.cancel()
                 sess.waiter = None
+            if sess.dirty and not sess.changed and not repl.acks.n:
+                # asynchronous copies linger (Kafka's linger.ms): one frame for the appends of a few
+                # ms, not one per MPUB; each frame costs both nodes tens of us whatever its size
+                await asyncio.sleep(LINGER)
     except (ConnectionError, RuntimeError) as exc:
         log.info("REPLICA(%s): send failed - %s", sess.address, exc)
     except asyncio.CancelledError:
