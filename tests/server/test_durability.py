@@ -454,3 +454,38 @@ async def test_sync_every_1_pipelined_publishes_each_wait_their_fsync(tmp_path):
         writer.close()
     finally:
         await d.stop()
+
+
+async def test_sync_every_1_group_commit(tmp_path):
+    """32 producers publishing at once with --sync-every=1: each OK follows
+    an fsync that began after its write, and the publishes that wrote while
+    one fsync ran share the next (far fewer syncs than publishes)."""
+    d = await start(tmp_path, mem_queue_size=0, sync_every=1)
+    try:
+        async with Producer(d.tcp_address) as p:
+            await p.publish("g", b"first")  # the topic and its disk queue exist
+        dq = d.topics["g"].backend
+        syncs = 0
+        real = dq.sync_in_background
+
+        def counted():
+            nonlocal syncs
+            syncs += 1
+            return real()
+
+        dq.sync_in_background = counted
+        producers = [Producer(d.tcp_address) for _ in range(32)]
+
+        async def publish(p: Producer, i: int) -> None:
+            for j in range(20):
+                await p.publish("g", b"m-%d-%d" % (i, j))
+
+        try:
+            await asyncio.wait_for(asyncio.gather(*(publish(p, i) for i, p in enumerate(producers))), 60)
+        finally:
+            for p in producers:
+                await p.close()
+        assert (tmp_path / "g.diskqueue.meta.dat").read_bytes().split(b"\n")[0] == b"641"
+        assert 0 < syncs < 320, f"{syncs} syncs for 640 publishes"
+    finally:
+        await d.stop()

@@ -74,6 +74,10 @@ class DataPath:
         #: while an fsync is owed (the same set for the daemon's life, so a
         #: connection may hold it and test it per command)
         self.owed: set[Synced] = set()
+        #: group commit: the disk-thread sync running for a queue, and the one the
+        #: publishes that wrote meanwhile wait for (started when the running one ends)
+        self._syncing: dict[Synced, asyncio.Future[None]] = {}
+        self._grouped: dict[Synced, asyncio.Future[None]] = {}
         self._thread: ThreadPoolExecutor | None = None
         self._lock: DirLock | None = None
         #: --storage=wal with a data path: durable topics keep a topic log
@@ -237,19 +241,61 @@ class DataPath:
         The caller (a PUB's connection, an HTTP /pub) answers only when the
         returned future is done; other clients go on meanwhile. The future
         fails with OSError if a sync failed.
+
+        Group commit: while a queue's fsync runs in the disk thread, every
+        publish that wrote to it meanwhile waits for one more sync, started
+        when the running one ends, and covering all of them (one fsync for
+        many publishers, as PostgreSQL's and Kafka's group commit).
         """
         if not self.owed:
             return None
         futures: list[asyncio.Future[None]] = []
         for queue in self.owed:
-            fut = queue.sync_in_background()
+            fut = self._sync_grouped(queue)
             if fut is not None:
-                futures.append(asyncio.wrap_future(fut))
+                futures.append(fut)
         self.owed.clear()
         if not futures:
             return None
         # one owed (the usual case): that future itself, without a gather's extra loop turn
         return futures[0] if len(futures) == 1 else asyncio.gather(*futures)
+
+    def _sync_grouped(self, queue: Synced) -> asyncio.Future[Any] | None:
+        if queue in self._syncing:
+            shared = self._grouped.get(queue)
+            if shared is None:
+                shared = self._grouped[queue] = asyncio.get_running_loop().create_future()
+            mine: asyncio.Future[Any] = shared.get_loop().create_future()  # a waiter's cancel stays its own
+            shared.add_done_callback(lambda f: _copy_outcome(f, mine))
+            return mine
+        return self._start_sync(queue)
+
+    def _start_sync(self, queue: Synced) -> asyncio.Future[Any] | None:
+        fut = queue.sync_in_background()
+        if fut is None:
+            return None
+        if not isinstance(fut, Future):  # not a disk-thread job (a leader's replica acks): not grouped
+            return fut
+        running = asyncio.wrap_future(fut)
+        self._syncing[queue] = running
+        running.add_done_callback(lambda _f: self._sync_done(queue))
+        return running
+
+    def _sync_done(self, queue: Synced) -> None:
+        """A queue's disk-thread sync ended: start the one its later publishes wait for."""
+        del self._syncing[queue]
+        shared = self._grouped.pop(queue, None)
+        if shared is None:
+            return
+        try:
+            nxt = self._start_sync(queue)
+        except OSError as exc:
+            shared.set_exception(exc)
+            return
+        if nxt is None:
+            shared.set_result(None)
+        else:
+            nxt.add_done_callback(lambda f: _copy_outcome(f, shared))
 
     def _sync_strict_leftovers(self) -> None:
         """Writes no publisher waits for (timeouts, requeues): sync them too."""
@@ -371,3 +417,15 @@ class DataPath:
 def _log_sync_failure(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         log.error("failed to sync - %s", fut.exception())
+
+
+def _copy_outcome(src: asyncio.Future[Any], dst: asyncio.Future[Any]) -> None:
+    """``dst`` ends as ``src`` did (unless it is done already)."""
+    if dst.done():
+        return
+    if src.cancelled():
+        dst.cancel()
+    elif src.exception() is not None:
+        dst.set_exception(src.exception())  # type: ignore[arg-type]
+    else:
+        dst.set_result(src.result())
