@@ -83,6 +83,7 @@ class Replication:
         self.deleted: dict[str, int] = {}
         #: per log path: its id and epoch history
         self._logs: dict[str, tuple[str, list[list[int]]]] = {}
+        self._save_soon = False
 
     # -- start, stop -----------------------------------------------------------------
 
@@ -195,10 +196,19 @@ class Replication:
         self.deleted[tlog.name] = time.time_ns()
         while len(self.deleted) > TOMBSTONES:
             del self.deleted[next(iter(self.deleted))]
+        if not self._save_soon:  # one write for the deletions of a loop turn (a state message may bring many)
+            self._save_soon = True
+            try:
+                asyncio.get_running_loop().call_soon(self._save_tombstones)
+            except RuntimeError:  # no loop running (a caller outside the daemon's)
+                self._save_tombstones()
+
+    def _save_tombstones(self) -> None:
+        self._save_soon = False
         try:
             self._save()
         except OSError as exc:
-            log.error("TOPIC(%s): failed to write the tombstone in %s - %s", tlog.name, STATE_FILE, exc)
+            log.error("REPLICA: failed to write the tombstones in %s - %s", STATE_FILE, exc)
 
     def _read_log(self, tlog: TopicLog) -> tuple[str, list[list[int]]]:
         got = self._logs.get(tlog.path)
