@@ -112,6 +112,19 @@ async def _replica_pair(make_cluster, leader_flags: list[str], clients: tuple[st
     return cluster, leader, replica
 
 
+async def _acks1_under_load(make_cluster, topic: str, view: str):
+    """A leader with ``--replica-acks=1 --replica-timeout=1s`` and its replica,
+    ``topic`` created with channel ``lib``, a :class:`Publisher` to the
+    leader at :data:`RATE` until ``stop`` is set (``load`` its task)."""
+    cluster, leader, replica = await _replica_pair(make_cluster, ["--replica-acks=1", "--replica-timeout=1s"])
+    leader.create(topic, "lib")
+    stream = Stream(topic).view(view)
+    pub = Publisher([leader.tcp])
+    stop = asyncio.Event()
+    load = asyncio.ensure_future(pub.run(topic, stream, RATE, stop))
+    return cluster, leader, replica, stream, pub, stop, load
+
+
 async def test_leader_lost_with_its_disk_replica_promoted(make_cluster, report):
     from nsq.client import Consumer
 
@@ -159,12 +172,8 @@ async def test_leader_lost_with_its_disk_replica_promoted(make_cluster, report):
 
 
 async def test_replica_partitioned_leader_refuses_then_recovers(make_cluster, report):
-    cluster, leader, replica = await _replica_pair(make_cluster, ["--replica-acks=1", "--replica-timeout=1s"])
-    leader.create("rp", "lib")
-    stream = Stream("rp").view("Producer -> leader (acks=1)")
-    pub = Publisher([leader.tcp])
-    stop = asyncio.Event()
-    load = asyncio.ensure_future(pub.run("rp", stream, RATE, stop))
+    cluster, leader, replica, stream, pub, stop, load = await _acks1_under_load(make_cluster, "rp",
+                                                                               "Producer -> leader (acks=1)")
     try:
         await asyncio.sleep(2.0)
         cluster.net.partition(replica.host)
@@ -259,12 +268,8 @@ async def test_old_leader_fenced_then_rejoins_byte_identical(make_cluster, repor
     byte-identical to the new leader's, every acknowledged message in them."""
     from nsq.client import Producer
 
-    cluster, leader, replica = await _replica_pair(make_cluster, ["--replica-acks=1", "--replica-timeout=1s"])
-    leader.create("rj", "lib")
-    stream = Stream("rj").view("Producer -> old leader, then the promoted replica")
-    pub = Publisher([leader.tcp])
-    stop = asyncio.Event()
-    load = asyncio.ensure_future(pub.run("rj", stream, RATE, stop))
+    cluster, leader, replica, stream, pub, stop, load = await _acks1_under_load(
+        make_cluster, "rj", "Producer -> old leader, then the promoted replica")
     try:
         await asyncio.sleep(2.0)
         cluster.net.partition(replica.host)
