@@ -359,7 +359,7 @@ async def test_lag_is_the_age_of_the_first_missing_message(make_nsqd, tmp_path, 
     assert b"[t                    ] offset: 10 lag: 5 msgs" in text
 
 
-async def test_a_topic_deleted_while_the_replica_was_away_is_dropped(make_nsqd, tmp_path, session) -> None:
+async def test_a_topic_deleted_while_the_replica_was_away_is_dropped(make_nsqd, tmp_path, session, caplog) -> None:
     """A topic deleted on the leader while its replica is down is deleted on
     the replica when it comes back (the leader's tombstone); one deleted and
     created again meanwhile is copied afresh (its log's id changed), never
@@ -372,6 +372,7 @@ async def test_a_topic_deleted_while_the_replica_was_away_is_dropped(make_nsqd, 
     await wait_for(lambda: all(head(replica, t) == 5 for t in ("gone", "again", "kept")), timeout=10)
     old_id = replica.replication.log_id(replica.topics["again"].store.log)
     assert old_id and old_id == leader.replication.log_id(leader.topics["again"].store.log)
+    replica.get_topic("orphan")  # a copy of a topic the leader never had (nor deleted)
     await replica.stop()
     assert (await lh.post("/topic/delete", topic="gone"))[0] == 200
     assert (await lh.post("/topic/delete", topic="again"))[0] == 200
@@ -387,6 +388,9 @@ async def test_a_topic_deleted_while_the_replica_was_away_is_dropped(make_nsqd, 
     await wait_for(lambda: replica.replication.log_id(replica.topics["again"].store.log)
                    == leader.replication.log_id(leader.topics["again"].store.log) != old_id, timeout=10)
     assert head(replica, "kept") == 5
+    assert "orphan" in replica.topics
+    assert any("has topic orphan, which this leader neither holds nor deleted" in r.getMessage()
+               for r in caplog.records)
     # the tombstones outlive a restart of the leader
     port = leader.http_port
     await leader.stop()

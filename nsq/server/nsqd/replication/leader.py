@@ -222,6 +222,9 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
         if topic is None:
             if name in repl.deleted:
                 drop.append(name)
+            else:  # a copy from before the tombstones, or of a topic this leader never had: kept, but said
+                log.warning("REPLICA(%s): has topic %s, which this leader neither holds nor deleted: kept there",
+                            request.remote, name)
             continue
         tlog = topic.store.log
         if log_id and repl.log_id(tlog) and log_id != repl.log_id(tlog):
