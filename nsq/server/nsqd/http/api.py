@@ -8,6 +8,7 @@ data answers JSON objects.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -200,7 +201,9 @@ class NSQDHTTPServer:
         barrier = self.nsqd.durability_barrier()
         if barrier is not None:
             try:
-                await barrier
+                # shielded: a client that goes away must not cancel the sync others may share (nor a
+                # queued disk job, whose dup'ed fd only the job closes)
+                await asyncio.shield(barrier)
             except NotReplicated as exc:
                 raise HTTPError(503, f"PUB_FAILED: {exc}") from None
             except OSError:
