@@ -78,14 +78,6 @@ class Follower:
             self._session = None
         self.connected = False
 
-    def lag_messages(self) -> int:
-        """Messages the leader had, as last heard of, that this copy has not."""
-        lag = 0
-        for name, head in self.leader_heads.items():
-            copy = self._copy(name)
-            lag += max(0, head - (copy.head if copy is not None else 0))
-        return lag
-
     def _copy(self, name: str) -> ReplicaLog | None:
         """The topic's copy of the leader's log, if the topic exists."""
         topic = self.nsqd.topics.get(name)
@@ -93,8 +85,10 @@ class Follower:
         return tlog if isinstance(tlog, ReplicaLog) else None
 
     def topic_lag(self, now_ns: int) -> dict[str, dict[str, Any]]:
-        """Per topic: ``offset`` (this copy's head), ``leader_head`` (as last
-        heard of), ``lag_messages`` and ``lag_seconds``: while behind, the
+        """This copy's lag at ``now_ns`` (ns since the epoch), for ``/stats``
+        (docs/operations/replication.md): ``{topic: {"offset", "leader_head",
+        "lag_messages", "lag_seconds"}}``, ``offset`` this copy's head,
+        ``leader_head`` the leader's as last heard of, ``lag_seconds`` while behind the
         age (s) of the newest message copied, at most the age of the first
         one missing and, at a steady rate, within one message of it; 0.0
         while the copy has the leader's head."""
@@ -110,10 +104,6 @@ class Follower:
             out[name] = {"offset": have, "leader_head": head, "lag_messages": max(0, head - have),
                          "lag_seconds": round(seconds, 3)}
         return out
-
-    def lag_seconds(self) -> float:
-        """The largest of :meth:`topic_lag`'s ``lag_seconds`` (s)."""
-        return max((t["lag_seconds"] for t in self.topic_lag(time.time_ns()).values()), default=0.0)
 
     # -- the connection ----------------------------------------------------------------
 
