@@ -13,6 +13,7 @@ import pytest
 
 from nsq.server.nsqd.storage.backend import BackendFull, BackendQueue
 from nsq.server.nsqd.storage.diskqueue import DiskQueue
+from nsq.server.nsqd.storage.diskqueue_meta import SLOT, parse_meta, read_slots
 
 MIN = 26  # nsqd: 8 ts + 2 attempts + 16 id
 MAX = 1024 + 26
@@ -346,11 +347,93 @@ def test_sync_every_one_writes_meta_after_each_put(tmp_path):
     dq = new(tmp_path, sync_every=1)
     for i in range(1, 4):
         dq.put(msg(i))
-        assert read_meta(tmp_path) == f"{i}\n0,0\n0,{34 * i}\n"
+        assert newest_meta(tmp_path) == (i, 0, 0, 0, 34 * i)
         assert not dq.needs_sync
     assert dq.read() == msg(1)
     assert dq.needs_sync  # reads do not sync by themselves
-    assert read_meta(tmp_path) == "3\n0,0\n0,102\n"
+    assert newest_meta(tmp_path) == (3, 0, 0, 0, 102)
+    dq.close()
+    assert read_meta(tmp_path) == "2\n0,34\n0,102\n"  # Go's file again
+
+
+def newest_meta(tmp_path, name="t") -> tuple[int, int, int, int, int]:
+    with open(meta_file(tmp_path, name), "rb") as f:
+        found = read_slots(f.read())
+    assert found is not None
+    return found[0]
+
+
+def test_sync_every_one_meta_slots_alternate_in_place(tmp_path):
+    """With --sync-every=1 the meta file holds two sealed 512-byte slots,
+    written in turn in place (no temp file, no rename); Go's Fscanf reads
+    the first slot's text."""
+    dq = new(tmp_path, sync_every=1)
+    dq.put(msg(1))  # the first write after start replaces the file: both slots
+    ino = os.stat(meta_file(tmp_path)).st_ino
+    raw = open(meta_file(tmp_path), "rb").read()
+    assert len(raw) == 2 * SLOT and raw[:SLOT] == raw[SLOT:]
+    assert raw.startswith(b"1\n0,0\n0,34\nnsq 1 ")
+    dq.put(msg(2))
+    dq.put(msg(3))
+    raw = open(meta_file(tmp_path), "rb").read()
+    assert os.stat(meta_file(tmp_path)).st_ino == ino  # written in place
+    assert raw.startswith(b"2\n0,0\n0,68\nnsq 2 ")
+    assert raw[SLOT:].startswith(b"3\n0,0\n0,102\nnsq 3 ")
+    assert parse_meta(raw) == (2, 0, 0, 0, 68)  # what Go would read now (after a crash)
+    assert newest_meta(tmp_path) == (3, 0, 0, 0, 102)
+    dq.close()
+
+
+def test_torn_meta_slot_falls_back_to_the_other(tmp_path):
+    """A slot whose CRC fails (a torn write) is ignored: the other slot holds
+    the state of the sync before, whose records are all on disk."""
+    dq = new(tmp_path, sync_every=1)
+    for i in range(1, 4):
+        dq.put(msg(i))
+    raw = bytearray(open(meta_file(tmp_path), "rb").read())
+    dq._closed = True  # a crash: no close, no settle
+    dq._close_write_file()
+    raw[SLOT + 10] ^= 1  # slot 1 (seq 3) damaged
+    open(meta_file(tmp_path), "wb").write(bytes(raw))
+    dq = new(tmp_path, sync_every=1)
+    assert (dq.depth, dq.write_pos) == (2, 68)
+    assert dq.read_many(3) == [msg(1), msg(2)]
+    dq.put(msg(4))  # after a damaged slot the file is replaced whole again
+    raw = open(meta_file(tmp_path), "rb").read()
+    assert raw[:SLOT] == raw[SLOT:]
+    dq.close()
+
+
+def test_go_meta_file_then_slots_then_go_again(tmp_path):
+    """A meta file Go wrote (no seal) is read; the first --sync-every=1 sync
+    replaces it with two slots; close leaves Go's text again."""
+    dq = new(tmp_path)
+    dq.put(msg(1))
+    dq.close()
+    assert read_meta(tmp_path) == "1\n0,0\n0,34\n"
+    dq = new(tmp_path, sync_every=1)
+    assert (dq.depth, dq.write_pos) == (1, 34)
+    dq.put(msg(2))
+    assert len(open(meta_file(tmp_path), "rb").read()) == 2 * SLOT
+    dq.close()
+    assert read_meta(tmp_path) == "2\n0,0\n0,68\n"
+
+
+def test_sync_every_one_new_data_file_syncs_the_directory(tmp_path, monkeypatch):
+    """A meta slot written in place does not make a new data file's name
+    durable: the directory is fsynced first, once per file created."""
+    import nsq.server.nsqd.storage.diskqueue as dqmod
+    dirs: list[str] = []
+    real = dqmod.fsync_dir
+    monkeypatch.setattr(dqmod, "fsync_dir", lambda p: (dirs.append(p), real(p)))
+    dq = new(tmp_path, sync_every=1, max_bytes=100)  # 34-byte records: 2 per file
+    dq.put(msg(1))  # file 0 created; the meta replaced (its own directory fsync)
+    dq.put(msg(2))
+    assert dirs == []
+    dq.put(msg(3))  # rolls: file 1 created
+    assert dirs == [str(tmp_path)]
+    dq.put(msg(4))
+    assert dirs == [str(tmp_path)]
     dq.close()
 
 

@@ -15,6 +15,7 @@ import pytest
 from nsq.client import Producer
 from nsq.server.nsqd.nsqd import NSQD
 from nsq.server.nsqd.options import NSQDOptions
+from nsq.server.nsqd.storage.diskqueue_meta import read_slots
 
 from .helpers import Conn, wait_for
 
@@ -381,19 +382,25 @@ async def test_sync_every_1_ok_means_on_disk(tmp_path):
     d = await start(tmp_path, mem_queue_size=0, sync_every=1)
     try:
         meta = tmp_path / "s.diskqueue.meta.dat"
+
+        def depth() -> int:  # in the newer of the meta file's two slots
+            state = read_slots(meta.read_bytes())
+            assert state is not None
+            return state[0][0]
+
         async with Producer(d.tcp_address) as p:
             for i in range(1, 4):
                 await p.publish("s", b"x%d" % i)
-                assert meta.read_bytes().split(b"\n")[0] == b"%d" % i
+                assert depth() == i
             await p.multi_publish("s", [b"a", b"b"])
-            assert meta.read_bytes().split(b"\n")[0] == b"5"
+            assert depth() == 5
         async with aiohttp.ClientSession() as http:
             async with http.post(f"http://{d.http_address}/pub?topic=s", data=b"h") as r:
                 assert r.status == 200
-            assert meta.read_bytes().split(b"\n")[0] == b"6"
+            assert depth() == 6
             async with http.post(f"http://{d.http_address}/mpub?topic=s", data=b"h1\nh2") as r:
                 assert r.status == 200
-            assert meta.read_bytes().split(b"\n")[0] == b"8"
+            assert depth() == 8
     finally:
         await d.stop()
 
@@ -450,7 +457,8 @@ async def test_sync_every_1_pipelined_publishes_each_wait_their_fsync(tmp_path):
         for _ in range(300):
             size, kind = struct.unpack(">ii", await asyncio.wait_for(reader.readexactly(8), 10))
             assert (kind, await reader.readexactly(size - 4)) == (0, b"OK")
-        assert (tmp_path / "p.diskqueue.meta.dat").read_bytes().split(b"\n")[0] == b"300"
+        state = read_slots((tmp_path / "p.diskqueue.meta.dat").read_bytes())
+        assert state is not None and state[0][0] == 300  # depth, in the newer of its two slots
         writer.close()
     finally:
         await d.stop()
@@ -485,7 +493,8 @@ async def test_sync_every_1_group_commit(tmp_path):
         finally:
             for p in producers:
                 await p.close()
-        assert (tmp_path / "g.diskqueue.meta.dat").read_bytes().split(b"\n")[0] == b"641"
+        state = read_slots((tmp_path / "g.diskqueue.meta.dat").read_bytes())
+        assert state is not None and state[0][0] == 641
         assert 0 < syncs < 320, f"{syncs} syncs for 640 publishes"
     finally:
         await d.stop()

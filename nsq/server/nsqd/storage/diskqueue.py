@@ -83,7 +83,8 @@ from concurrent.futures import Future
 from itertools import chain
 
 from .backend import BackendFull, BackendQueue
-from .diskqueue_meta import cut_tail, format_meta, listdir, parse_meta, scan_data_files, scan_records, write_meta
+from .atomicfile import fsync_dir
+from .diskqueue_meta import MetaFile, cut_tail, format_meta, listdir, scan_data_files, scan_records
 from .readhold import HeldReads
 from .syncpolicy import after_writes
 
@@ -165,6 +166,13 @@ class DiskQueue(BackendQueue):
         self._rbuf_start = 0
 
         self._meta_path = os.path.join(data_path, f"{name}.diskqueue.meta.dat")
+        #: with --sync-every=1 a sync writes one of its two slots in place
+        self._meta = MetaFile(self._meta_path, f"DISKQUEUE({name})", in_place=self.sync_every == 1)
+        #: data files created, removed or renamed (a count), and how many of
+        #: those changes a directory fsync covers: a meta slot written in
+        #: place must not name a file whose name is not durable yet
+        self._dir_gen = 0
+        self._dir_synced = 0
         self._data_re = re.compile(re.escape(name) + r"\.diskqueue\.(\d{6,})\.dat")
         self._retrieve_meta()
 
@@ -479,12 +487,13 @@ class DiskQueue(BackendQueue):
         file_gen = self._file_gen
         releases, self._release_after_sync = self._release_after_sync, []
         lost, self._lost = self._lost, False
+        dir_gen = self._dir_gen
         if self._synced_releases:
             self._take_synced_releases()
-        return self.background(lambda: self._sync_worker(fd, text, gen, file_gen, releases, lost))
+        return self.background(lambda: self._sync_worker(fd, text, gen, file_gen, releases, lost, dir_gen))
 
     def _sync_worker(self, fd: int | None, text: bytes, gen: int, file_gen: int = -2,
-                     releases: list[int] | None = None, lost: bool = False) -> None:
+                     releases: list[int] | None = None, lost: bool = False, dir_gen: int = 0) -> None:
         """Runs in the disk thread: fsync a dup of the write fd, then the meta
         (neither once an fsync of that file failed)."""
         try:
@@ -501,7 +510,7 @@ class DiskQueue(BackendQueue):
                     raise
             with self._meta_lock:
                 if gen > self._meta_written_gen and not self._closed:
-                    self._write_meta(text)
+                    self._write_meta(text, dir_gen)
                     self._meta_written_gen = gen
             if releases:  # the loop thread releases them (HeldReads is not thread-safe)
                 self._synced_releases.extend(releases)
@@ -545,6 +554,8 @@ class DiskQueue(BackendQueue):
                 self._release_all_synced = False
                 self.release_all()
                 self.sync()
+            with self._meta_lock:
+                self._meta.settle()  # Go reads the first slot
         except OSError as e:
             # a failing disk at shutdown: what was written stays; the meta
             # file keeps its last good state (a restart re-reads from there)
@@ -571,6 +582,7 @@ class DiskQueue(BackendQueue):
                 if self._data_re.fullmatch(fn) or (fn.startswith(meta_base + ".") and fn.endswith(".tmp")):
                     self._remove(os.path.join(self.data_path, fn))
             self._remove(self._meta_path)
+            self._meta.forget()
         self.depth = 0
 
     # ------------------------------------------------------------ internals
@@ -579,6 +591,7 @@ class DiskQueue(BackendQueue):
         return os.path.join(self.data_path, f"{self.name}.diskqueue.{num:06d}.dat")
 
     def _remove(self, path: str) -> None:
+        self._dir_gen += 1
         try:
             os.remove(path)
         except FileNotFoundError:
@@ -588,7 +601,12 @@ class DiskQueue(BackendQueue):
 
     def _open_write_file(self) -> int:
         if self._wfd is None:
-            fd = os.open(self._file_name(self.write_file_num), os.O_RDWR | os.O_CREAT, 0o600)
+            path = self._file_name(self.write_file_num)
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                self._dir_gen += 1  # its name is durable once the directory is synced
             try:
                 # bytes past write_pos were never recorded in the meta file
                 # (crash before a sync, or a stale file): drop them so they
@@ -700,6 +718,7 @@ class DiskQueue(BackendQueue):
             self.write_file_num += 1
             self.write_pos = 0
         bad_renamed = bad + ".bad"
+        self._dir_gen += 1
         logger.warning("DISKQUEUE(%s) jump to next file and saving bad file as %s", self.name, bad_renamed)
         try:
             os.rename(bad, bad_renamed)
@@ -771,15 +790,25 @@ class DiskQueue(BackendQueue):
         return format_meta(self.depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos)
 
     def _persist_meta(self) -> None:
-        self._write_meta(self._meta_text())
+        self._write_meta(self._meta_text(), self._dir_gen)
 
-    def _write_meta(self, text: bytes) -> None:
-        write_meta(self._meta_path, text, self.name)
+    def _write_meta(self, text: bytes, dir_gen: int) -> None:
+        """Write a meta snapshot (under the meta lock), first making durable
+        the data files' names as of that snapshot (``dir_gen``): a slot
+        written in place needs a directory fsync for them, a replaced file
+        gets one anyway.
+
+        Raises:
+            OSError: the directory or the meta file could not be synced.
+        """
+        if dir_gen > self._dir_synced and self._meta.writes_in_place:
+            fsync_dir(self.data_path)
+        self._meta.write(text)
+        self._dir_synced = max(self._dir_synced, dir_gen)
 
     def _retrieve_meta(self) -> None:
         try:
-            with open(self._meta_path, "rb") as f:
-                raw = f.read(4096)
+            vals = self._meta.read()
         except FileNotFoundError:
             # a new queue (empty, file 0 position 0), unless data files exist:
             # a meta file never written (a full disk) must not hide them
@@ -791,10 +820,9 @@ class DiskQueue(BackendQueue):
             logger.error("DISKQUEUE(%s) failed to retrieveMetaData - %s", self.name, e)
             self._recover_from_files()
             return
-        vals = parse_meta(raw)
         if vals is None:
-            logger.error("DISKQUEUE(%s) failed to retrieveMetaData - invalid meta file %s: %r",
-                         self.name, self._meta_path, raw[:80])
+            logger.error("DISKQUEUE(%s) failed to retrieveMetaData - invalid meta file %s",
+                         self.name, self._meta_path)
             self._recover_from_files()
             return
         self.depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos = vals

@@ -4,11 +4,31 @@ The meta file ``<name>.diskqueue.meta.dat`` is ``"%d\\n%d,%d\\n%d,%d\\n"`` of
 depth, read file number, read position, write file number, write position
 (go-diskqueue diskqueue.go ``persistMetaData`` / ``retrieveMetaData``).
 
-It is replaced atomically (:func:`~nsq.server.nsqd.storage.atomicfile.replace_atomically`,
-then the directory is fsynced). On a full disk, where no temp file fits, it
-is rewritten in place: it is under 100 bytes, inside the block it already
-has. A meta file that is missing while data files exist, or that cannot be
-parsed (a torn in-place write), is rebuilt by :func:`scan_data_files`.
+Our meta file holds that text twice, in two 512-byte slots (:class:`MetaFile`):
+each slot is Go's text, then a line ``nsq <seq> <crc>`` (a sequence number
+and the CRC-32 of the slot's bytes before the CRC), then zeros. Go reads the
+first slot's numbers and ignores the rest (``fmt.Fscanf``); a file Go wrote
+(no ``nsq`` line) is read as one slot with sequence 0.
+
+The file is replaced atomically
+(:func:`~nsq.server.nsqd.storage.atomicfile.replace_atomically`, then the
+directory is fsynced), holding Go's text alone, except with
+``--sync-every=1``, where a sync pays for each fsync in a publish's answer.
+There the first write after start replaces the file with two slots holding
+the same state, and each later sync writes one slot in place, the other one
+than last time, and ``fdatasync``s it (LMDB's two meta pages): 2 fsyncs per
+sync (data, meta) where a replace costs 3 (data, temp file, directory),
+and Go 2 and a rename it never makes durable. A slot torn by a power cut
+fails its CRC, and the other slot, synced before this sync began, holds the
+state before it; nothing that sync covered was acknowledged yet. At close
+the file is Go's text again. After a power cut, Go nsqd reading the two
+slots takes the first, which may be one sync older than the second (the
+records of that sync are then written over by Go's next write).
+
+On a full disk, where no temp file fits, the file is rewritten in place: it
+is 1 KiB, inside the block it already has. A meta file that is missing while
+data files exist, or that cannot be parsed, is rebuilt by
+:func:`scan_data_files`.
 """
 
 from __future__ import annotations
@@ -17,17 +37,22 @@ import logging
 import os
 import re
 import struct
+import zlib
 from collections.abc import Callable
 
 from .atomicfile import NO_SPACE, fsync_dir, replace_atomically, write_all
 
-__all__ = ["format_meta", "parse_meta", "write_meta", "scan_data_files", "scan_records", "listdir", "plausible_record",
+__all__ = ["MetaFile", "SLOT", "format_meta", "parse_meta", "read_slots", "write_meta", "scan_data_files", "scan_records", "listdir", "plausible_record",
            "cut_tail"]
 
 log = logging.getLogger("nsq.nsqd")
 
 _SIZE = struct.Struct(">i")
 _META_RE = re.compile(rb"\A(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n")
+_SEAL_RE = re.compile(rb"nsq (\d+) ([0-9a-f]{8})\n")
+#: bytes per slot of the meta file (one sector: written whole or not at all on
+#: most disks; a torn one fails its CRC)
+SLOT = 512
 
 
 def format_meta(depth: int, read_num: int, read_pos: int, write_num: int, write_pos: int) -> bytes:
@@ -47,6 +72,136 @@ def parse_meta(raw: bytes) -> tuple[int, int, int, int, int] | None:
     if read_num < 0 or read_pos < 0 or write_num < 0 or write_pos < 0:
         return None
     return depth, read_num, read_pos, write_num, write_pos
+
+
+def _seal(text: bytes, seq: int) -> bytes:
+    """A slot: Go's ``text``, the ``nsq <seq> <crc>`` line, zeros to :data:`SLOT` bytes."""
+    head = text + b"nsq %d " % seq
+    return (head + b"%08x\n" % zlib.crc32(head)).ljust(SLOT, b"\0")
+
+
+def _parse_slot(raw: bytes) -> tuple[tuple[int, int, int, int, int], int, bool] | None:
+    """``(state, seq, sealed)`` of one slot, or None if it is not valid (a
+    sealed slot whose CRC fails is not). An unsealed one (Go's file) has
+    sequence 0."""
+    m = _META_RE.match(raw)
+    if m is None:
+        return None
+    vals = parse_meta(raw)
+    if vals is None:
+        return None
+    seal = _SEAL_RE.match(raw, m.end())
+    if seal is None:
+        return vals, 0, False
+    head = raw[:seal.start(2)]
+    if int(seal.group(2), 16) != zlib.crc32(head):
+        return None
+    return vals, int(seal.group(1)), True
+
+
+def read_slots(raw: bytes) -> tuple[tuple[int, int, int, int, int], int, bool] | None:
+    """The newest valid state of a meta file's bytes: ``(state, seq, both)``
+    where ``both`` says whether both slots are sealed and valid (only then
+    may one be written in place), or None if no slot is valid."""
+    slots = [s for s in (_parse_slot(raw), _parse_slot(raw[SLOT:2 * SLOT]) if len(raw) > SLOT else None)
+             if s is not None]
+    if not slots:
+        return None
+    best = max(slots, key=lambda s: s[1])
+    return best[0], best[1], len(slots) == 2 and all(s[2] for s in slots)
+
+
+class MetaFile:
+    """A disk queue's meta file in two slots (see the module docstring).
+
+    Not thread-safe: the caller serialises reads and writes (DiskQueue's
+    meta lock).
+
+    Args:
+        path: ``<name>.diskqueue.meta.dat``.
+        subject: how log lines name the queue.
+        in_place: write one slot in place per sync (``--sync-every=1``);
+            else every write replaces the whole file.
+    """
+
+    def __init__(self, path: str, subject: str, in_place: bool) -> None:
+        self.path = path
+        self.subject = subject
+        self.in_place = in_place
+        self.seq = 0  # of the newest state written or read
+        self._slots = False  # both slots on disk are sealed and valid
+        self._text = b""  # the newest state's Go text
+
+    def read(self) -> tuple[int, int, int, int, int] | None:
+        """The newest valid state, or None if the file holds none.
+
+        Raises:
+            OSError: the file could not be read (FileNotFoundError: there is none).
+        """
+        with open(self.path, "rb") as f:
+            raw = f.read(2 * SLOT)
+        found = read_slots(raw)
+        if found is None:
+            return None
+        vals, self.seq, self._slots = found
+        self._text = format_meta(*vals)
+        return vals
+
+    @property
+    def writes_in_place(self) -> bool:
+        """Whether the next :meth:`write` goes to a slot in place (no
+        directory fsync of its own)."""
+        return self.in_place and self._slots
+
+    def write(self, text: bytes) -> None:
+        """Make ``text`` (:func:`format_meta`) the newest durable state.
+
+        Raises:
+            OSError: it could not be written or synced; the newest durable
+                state is then the one before (a retry writes the same slot).
+        """
+        seq = self.seq + 1
+        if not self.in_place:
+            write_meta(self.path, text, self.subject)  # Go's file, as Go writes it
+        elif self._slots:
+            self._write_slot(seq % 2, text, seq)
+        else:
+            slot = _seal(text, seq)
+            write_meta(self.path, slot + slot, self.subject)
+            self._slots = True
+        self.seq = seq
+        self._text = text
+
+    def settle(self) -> None:
+        """At close: leave Go's file (the newest state's text alone), first
+        making the first slot the newest, so that no crash on the way (nor
+        the in-place rewrite of a full disk) can leave an older state.
+
+        Raises:
+            OSError: a write failed (the file still holds the newest state).
+        """
+        if not self._slots:
+            return
+        if self.seq % 2 == 1:
+            self._write_slot(0, self._text, self.seq + 1)
+            self.seq += 1
+        write_meta(self.path, self._text, self.subject)
+        self._slots = False
+
+    def forget(self) -> None:
+        """The file was removed: the next write replaces it whole."""
+        self._slots = False
+
+    def _write_slot(self, slot: int, text: bytes, seq: int) -> None:
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, _seal(text, seq), slot * SLOT)
+            os.fdatasync(fd)
+        except OSError:
+            self._slots = False  # that slot may be torn: the next write replaces the file
+            raise
+        finally:
+            os.close(fd)
 
 
 def write_meta(meta_path: str, text: bytes, subject: str) -> None:
