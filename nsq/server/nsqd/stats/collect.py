@@ -282,9 +282,10 @@ class TopicStats:
 
     def to_json(self) -> dict[str, Any]:
         """The ``/stats`` topic object."""
+        channels = self.channels
         out: dict[str, Any] = {
             "topic_name": self.topic_name,
-            "channels": [c.to_json() for c in self.channels],
+            "channels": [c.to_json() for c in channels] if channels else [],
             "depth": self.depth,
             "backend_depth": self.backend_depth,
             "message_count": self.message_count,
@@ -448,21 +449,24 @@ def channel_stats(channel: Channel, host: str, include_clients: bool) -> Channel
 def topic_stats(topic: Topic, host: str, channel_filter: str, include_clients: bool) -> TopicStats:
     """One topic's stats (Go ``NewTopicStats``)."""
     channels = topic.channels
+    name = topic.name
+    backend_depth = topic.backend.depth
     return TopicStats(
-        topic.name,  # topic_name
+        name,  # topic_name
         [  # channels
             channel_stats(c, host, include_clients)
-            for name, c in sorted(channels.items())
-            if not channel_filter or name == channel_filter
-        ],
-        topic.depth,  # depth
-        topic.backend.depth,  # backend_depth
+            for cname, c in sorted(channels.items())
+            if not channel_filter or cname == channel_filter
+        ] if channels else [],
+        len(topic.queue) + backend_depth,  # depth (Topic.depth)
+        backend_depth,  # backend_depth
         topic.message_count,  # message_count
         topic.message_bytes,  # message_bytes
         topic.paused,  # paused
         # e2e_processing_latency; Go: every channel's quantiles merged, whatever the channel filter
-        e2e_latency([c.e2e for c in channels.values() if c.e2e is not None], topic.name, "", host),
-        log_stats(topic) if topic.log is not None else None,  # log
+        e2e_latency([c.e2e for c in channels.values() if c.e2e is not None], name, "", host)
+        if channels else E2ELatency(0, None, name, "", host),
+        log_stats(topic) if topic.store.log is not None else None,  # log
     )
 
 
