@@ -83,6 +83,29 @@ async def test_replica_copies_records_byte_identical_and_channels(make_nsqd, tmp
     assert rstats is not None and rstats["depth"] == 200
 
 
+async def test_pages_from_memory_and_from_the_files_copy_the_same_bytes(make_nsqd, tmp_path, session,
+                                                                         monkeypatch) -> None:
+    """The sender's pages come from the appends it kept, from the segment
+    files once it dropped them (past TAIL) or a page ended inside one
+    (PAGE), and, after a reconnect, from the files: the copy is the same."""
+    from nsq.server.nsqd.replication import leader as sender
+
+    monkeypatch.setattr(sender, "TAIL", 5000)
+    monkeypatch.setattr(sender, "PAGE", 2500)
+    leader, replica = await pair(make_nsqd, tmp_path)
+    lh = HTTP(session, leader.http_port)
+    for i in range(40):  # ~1 KB per MPUB, a few in flight at once; every 8th larger than PAGE
+        body = "\n".join(f"m{i}-{j}-" + "y" * 50 for j in range(30 if i % 8 == 7 else 10))
+        await asyncio.gather(*(lh.post("/mpub", data=body, topic=t) for t in ("t", "t", "u")))
+        if i % 4 == 0:
+            await asyncio.sleep(0.01)
+    await wait_for(lambda: head(replica, "t") == head(leader, "t") == 1000, timeout=10)
+    await wait_for(lambda: head(replica, "u") == 500, timeout=10)
+    assert len(segments(leader, "t")) > 2
+    assert segments(replica, "t") == segments(leader, "t")
+    assert segments(replica, "u") == segments(leader, "u")
+
+
 async def test_replica_refuses_publish_and_subscribe(make_nsqd, tmp_path, session) -> None:
     leader, replica = await pair(make_nsqd, tmp_path)
     lh, rh = HTTP(session, leader.http_port), HTTP(session, replica.http_port)

@@ -20,11 +20,12 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
-from nsq.server.nsqd.replication.wire import WireError, decode_ack, encode_records
+from nsq.server.nsqd.replication.wire import WireError, decode_ack, records_head, ws_binary_head
 from nsq.server.nsqd.storage.backend import NotReplicated
 
 if TYPE_CHECKING:
@@ -40,6 +41,10 @@ log = logging.getLogger("nsq.nsqd")
 PAGE = 1 << 20
 #: with --replica-acks=0, how long (s) the sender waits after an append for more before sending
 LINGER = 0.002
+#: bytes of appends a session keeps in memory for the sender (past it, the sender reads the segment files)
+TAIL = 4 << 20
+#: bytes waiting in the stream's transport past which the sender waits for it to drain
+HIGH_WATER = 4 << 20
 
 
 class Session:
@@ -60,6 +65,47 @@ class Session:
         self.dirty: set[str] = set()
         self.changed = False
         self.waiter: asyncio.Future[None] | None = None
+        #: per topic, its log and the appends not sent yet: (first offset, end offset, segment base, records)
+        self._tails: dict[str, tuple[TopicLog, deque[tuple[int, int, int, bytes]]]] = {}
+        self._tail_bytes = 0
+
+    def appended(self, tlog: TopicLog, data: bytes, first: int, segment_base: int) -> None:
+        """``tlog`` appended ``data`` (bytes: framed records, as written) from
+        offset ``first`` (to its head) in its segment starting at
+        ``segment_base``: kept for the sender, which then sends them without
+        reading them back (up to :data:`TAIL` bytes; past it, all are
+        dropped and the sender reads the files)."""
+        self.dirty.add(tlog.name)
+        got = self._tails.get(tlog.name)
+        if got is None or got[0] is not tlog:  # a topic deleted and made again: its own log
+            got = self._tails[tlog.name] = (tlog, deque())
+        got[1].append((first, tlog.head, segment_base, data))
+        self._tail_bytes += len(data)
+        if self._tail_bytes > TAIL:
+            self._tails.clear()
+            self._tail_bytes = 0
+
+    def page(self, tlog: TopicLog, offset: int) -> tuple[list[bytes], int, int]:
+        """The records of ``tlog`` from ``offset``, in one segment, about
+        :data:`PAGE` bytes (at least one record): ``(chunks of bytes, count,
+        segment base)``, from the appends kept in memory when they start at
+        ``offset``, else read from the segment files; no chunks at the head."""
+        got = self._tails.get(tlog.name)
+        if got is not None and got[0] is tlog:
+            tail = got[1]
+            while tail and tail[0][0] < offset:  # sent from the files, or a page ended inside it
+                self._tail_bytes -= len(tail.popleft()[3])
+            if tail and tail[0][0] == offset:
+                first, end, base, data = tail.popleft()
+                chunks, size = [data], len(data)
+                while tail and tail[0][0] == end and tail[0][2] == base and size + len(tail[0][3]) <= PAGE:
+                    _, end, _, data = tail.popleft()
+                    chunks.append(data)
+                    size += len(data)
+                self._tail_bytes -= size
+                return chunks, end - first, base
+        data, count, base = tlog.read_raw(offset, PAGE)
+        return [data] if count else [], count, base
 
     def wake(self) -> None:
         """Wake the sender (an append, a change, the state's time)."""
@@ -241,7 +287,9 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
     repl.watch()
     log.info("REPLICA(%s): following from %s (%d topics to cut back, %d to drop)", sess.address, request.remote,
              len(cuts), len(drop))
-    sender = asyncio.ensure_future(_send(ws, nsqd, repl, sess))
+    transport = request.transport
+    assert transport is not None
+    sender = asyncio.ensure_future(_send(ws, transport, nsqd, repl, sess))
     try:
         async for msg in ws:
             if msg.type == WSMsgType.BINARY:
@@ -270,12 +318,18 @@ def _shape(topics: dict[str, Any]) -> dict[str, set[str]]:
     return {n: {c for c, ch in t.channels.items() if not ch.ephemeral} for n, t in topics.items()}
 
 
-async def _send(ws: web.WebSocketResponse, nsqd: ReplicationHost, repl: Replication, sess: Session) -> None:
+async def _send(ws: web.WebSocketResponse, transport: Any, nsqd: ReplicationHost,
+                repl: Replication, sess: Session) -> None:
     """Pages of records as the logs grow; the state every --sync-timeout and
     at each change, with the topics and channels deleted since the last
     one (a topic missing from a state message is not deleted: a leader
     going down, or started on an empty data path, must not empty its
-    replicas)."""
+    replicas).
+
+    A page goes onto the connection's ``transport`` as one WebSocket frame
+    written by one ``writelines`` (one ``writev``; the records as appended
+    or read, never joined), between whole frames of aiohttp's own writer.
+    """
     interval = max(0.05, nsqd.options.sync_timeout)
     next_state = 0.0
     shape: dict[str, set[str]] | None = None
@@ -306,11 +360,15 @@ async def _send(ws: web.WebSocketResponse, nsqd: ReplicationHost, repl: Replicat
                     continue
                 off = max(sess.sent.get(name, tlog.first), tlog.first)
                 while off < tlog.head and not ws.closed:
-                    data, count, base = tlog.read_raw(off, PAGE)
+                    chunks, count, base = sess.page(tlog, off)
                     if not count:
                         break
-                    await ws.send_bytes(encode_records(name, off, base, count, tlog.head, data))
+                    head = records_head(name, off, base, count, tlog.head, chunks)
+                    size = len(head) + sum(map(len, chunks))
+                    transport.writelines([ws_binary_head(size) + head, *chunks])
                     off += count
+                    while transport.get_write_buffer_size() > HIGH_WATER and not ws.closed:
+                        await asyncio.sleep(0.01)  # a replica slower than the log grows
                 sess.sent[name] = off
             if ws.closed or nsqd.exiting:
                 break

@@ -173,9 +173,9 @@ class Replication:
             sess.changed = True
             sess.wake()
 
-    def _appended(self, tlog: TopicLog) -> None:
+    def _appended(self, tlog: TopicLog, data: bytes, first: int, segment_base: int) -> None:
         for sess in self.sessions:
-            sess.dirty.add(tlog.name)
+            sess.appended(tlog, data, first, segment_base)
             sess.wake()
         if self.acks.n and not self.nsqd.replica_of:
             self.acks.owe(tlog.name, tlog.head)

@@ -23,15 +23,20 @@ from __future__ import annotations
 
 import struct
 
+from google_crc32c import extend as crc32c_extend
 from google_crc32c import value as crc32c
 
-__all__ = ["RECORDS", "ACK", "encode_records", "decode_records", "encode_ack", "decode_ack", "WireError"]
+__all__ = ["RECORDS", "ACK", "encode_records", "records_head", "ws_binary_head", "decode_records", "encode_ack",
+           "decode_ack", "WireError"]
 
 RECORDS = 1
 ACK = 2
 _HEAD = struct.Struct(">BH")
 _POS = struct.Struct(">QQIQI")
 _ACK = struct.Struct(">Q")
+_WS_TINY = struct.Struct(">BB")
+_WS_SHORT = struct.Struct(">BBH")
+_WS_LONG = struct.Struct(">BBQ")
 
 
 class WireError(ValueError):
@@ -53,9 +58,28 @@ def _name(frame: bytes, kind: int) -> tuple[str, int]:
 
 def encode_records(topic: str, first: int, segment_base: int, count: int, leader_head: int, data: bytes) -> bytes:
     """One records frame (bytes)."""
+    return records_head(topic, first, segment_base, count, leader_head, [data]) + data
+
+
+def records_head(topic: str, first: int, segment_base: int, count: int, leader_head: int,
+                 chunks: list[bytes]) -> bytes:
+    """A records frame up to its records (bytes), for the records joined
+    from ``chunks`` (sent after it as they are: no join, one CRC pass)."""
+    crc = crc32c(chunks[0])
+    for chunk in chunks[1:]:
+        crc = crc32c_extend(crc, chunk)
     name = topic.encode()
-    return b"".join((_HEAD.pack(RECORDS, len(name)), name,
-                     _POS.pack(first, segment_base, count, leader_head, crc32c(data)), data))
+    return _HEAD.pack(RECORDS, len(name)) + name + _POS.pack(first, segment_base, count, leader_head, crc)
+
+
+def ws_binary_head(length: int) -> bytes:
+    """The head of one unmasked, final, binary WebSocket frame (RFC 6455
+    5.2, a server's) of ``length`` payload bytes."""
+    if length < 126:
+        return _WS_TINY.pack(0x82, length)
+    if length < 65536:
+        return _WS_SHORT.pack(0x82, 126, length)
+    return _WS_LONG.pack(0x82, 127, length)
 
 
 def decode_records(frame: bytes) -> tuple[str, int, int, int, int, bytes]:

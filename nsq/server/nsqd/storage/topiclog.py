@@ -98,8 +98,8 @@ class TopicLog(AppendFile):
         self._closed = False
         self._wfd: int | None = None
         self._roll_next = False  # an fsync failed: the next append starts a new segment
-        #: called after each append (a leader's replication: wake the senders)
-        self.on_append: Callable[[TopicLog], None] | None = None
+        #: called after each append with (log, records as written, first offset, segment base)
+        self.on_append: Callable[[TopicLog, bytes, int, int], None] | None = None
         #: offset -> (segment base, byte position) where :meth:`read_raw` pages ended
         self._raw_ends: dict[int, tuple[int, int]] = {}
         #: directories whose new entries (the log's directory, a segment)
@@ -214,7 +214,6 @@ class TopicLog(AppendFile):
             self.error = f"write {active.path}: {text[:1].lower()}{text[1:]}"  # Go's wording
             raise BackendFull(self.error) from None
         self.error = None
-        index = active.index
         had = active.count or 0
         index = active.index
         if index is not None and (not index or base - index[-1] >= INDEX_EVERY):
@@ -228,7 +227,7 @@ class TopicLog(AppendFile):
         except OSError as exc:  # written; the next sync retries
             log.error("TOPIC(%s): failed to sync the log - %s", self.name, exc)
         if self.on_append is not None:
-            self.on_append(self)
+            self.on_append(self, data, base, active.base)
         return base
 
     def _append_split(self, data: bytes) -> int:
