@@ -42,8 +42,8 @@ from collections.abc import Callable
 
 from .atomicfile import NO_SPACE, fsync_dir, replace_atomically, write_all
 
-__all__ = ["MetaFile", "SLOT", "format_meta", "parse_meta", "read_slots", "write_meta", "scan_data_files", "scan_records", "listdir", "plausible_record",
-           "cut_tail"]
+__all__ = ["MetaFile", "SLOT", "format_meta", "parse_meta", "read_slots", "write_meta", "scan_data_files",
+           "scan_records", "listdir", "plausible_record", "cut_tail"]
 
 log = logging.getLogger("nsq.nsqd")
 
@@ -158,7 +158,8 @@ class MetaFile:
 
         Raises:
             OSError: it could not be written or synced; the newest durable
-                state is then the one before (a retry writes the same slot).
+                state is then the one before (a slot that may be torn is
+                not written over: the next write replaces the whole file).
         """
         seq = self.seq + 1
         if not self.in_place:
