@@ -241,6 +241,29 @@ async def count_calls(engine: str, seed: int = 0) -> dict[str, int]:
     return dict(inj.counts)
 
 
+class _CallLog(NthCall):
+    """An injector that never fails and lists the paths of the armed part's ``call`` calls in order."""
+
+    def __init__(self, call: str) -> None:
+        super().__init__(None, 0, 0)
+        self.watched = call
+        self.paths: list[str] = []
+
+    def __call__(self, call: str, path: str) -> int | None:
+        if self.armed and call == self.watched:
+            self.paths.append(path)
+        return super().__call__(call, path)
+
+
+async def call_paths(engine: str, call: str, seed: int = 0) -> list[str]:
+    """The paths of the armed part's ``call`` calls, in order (the ``n``-th
+    is what :class:`NthCall` ``(call, n, ...)`` fails; the order of the disk
+    thread's calls and the loop's may differ from run to run)."""
+    inj = _CallLog(call)
+    await _record(engine, inj, {}, seed)
+    return inj.paths
+
+
 async def run_one(engine: str, call: str, n: int, err: int, burst: int = 1, seed: int = 0) -> IoErrRun:
     started = time.perf_counter()
     inj = NthCall(call, n, err, burst)

@@ -25,7 +25,7 @@ import pytest
 
 from .check import Expectations, Failure, check_tree, evaluate
 from .explore import point_states
-from .ioerr import NthCall, count_calls, plan, run_one
+from .ioerr import NthCall, call_paths, count_calls, plan, run_one
 from .runner import CI_PLAN, Step, known_finding, run_plan, summary
 from .states import build, variants
 from .vfs import Model, Recorder
@@ -470,13 +470,17 @@ async def test_fixed_p_exit_flush_keeps_a_read_whose_new_copy_failed_to_sync() -
     copy's fsync failed kept its held read until the exit flush, whose
     release deleted the file it was read from anyway: after a power cut
     neither copy was there."""
-    # the I/O-error sweep's run that shows it (seed 1: the 46th/47th fsync is the one of the file a released
-    # deferred message was written to again); the order of the disk thread's and the loop's calls varies, so a
-    # few tries
+    # the I/O-error sweep's run that shows it (seed 1: the fsync of the deferred log, then the one of the data
+    # file a released deferred message was written to again; the 46th and 47th fsyncs with a meta file replaced
+    # at each sync, found by their paths since); the order of the disk thread's and the loop's calls varies, so
+    # a few tries
     runs = []
     with quiet_nsq():
+        paths = await call_paths("diskqueue", "fsync", seed=1)
+        last = max(i for i, p in enumerate(paths[:-1]) if p.endswith(".deferred.dat")
+                   and ".diskqueue.0" in paths[i + 1])
         for _ in range(4):
-            for n in (46, 47):
+            for n in (last + 1, last + 2):  # NthCall counts from 1
                 run = await run_one("diskqueue", "fsync", n, errno.EIO, 1, seed=1)
                 runs.append(run)
                 assert not run.lost_in_flight and not run.lost, run.text()
