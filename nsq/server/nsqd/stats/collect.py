@@ -450,7 +450,6 @@ def topic_stats(topic: Topic, host: str, channel_filter: str, include_clients: b
     """One topic's stats (Go ``NewTopicStats``)."""
     channels = topic.channels
     name = topic.name
-    backend_depth = topic.backend.depth
     return TopicStats(
         name,  # topic_name
         [  # channels
@@ -458,8 +457,8 @@ def topic_stats(topic: Topic, host: str, channel_filter: str, include_clients: b
             for cname, c in sorted(channels.items())
             if not channel_filter or cname == channel_filter
         ] if channels else [],
-        len(topic.queue) + backend_depth,  # depth (Topic.depth)
-        backend_depth,  # backend_depth
+        topic.depth,  # depth
+        topic.backend.depth,  # backend_depth
         topic.message_count,  # message_count
         topic.message_bytes,  # message_bytes
         topic.paused,  # paused

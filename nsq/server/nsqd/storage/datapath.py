@@ -74,9 +74,9 @@ class DataPath:
         #: while an fsync is owed (the same set for the daemon's life, so a
         #: connection may hold it and test it per command)
         self.owed: set[Synced] = set()
-        #: group commit: the disk-thread sync running for a queue, and the one the
-        #: publishes that wrote meanwhile wait for (started when the running one ends)
-        self._syncing: dict[Synced, asyncio.Future[None]] = {}
+        #: group commit: the queues with a disk-thread sync running, and per queue the
+        #: sync the publishes that wrote meanwhile wait for (started when the running one ends)
+        self._syncing: set[Synced] = set()
         self._grouped: dict[Synced, asyncio.Future[None]] = {}
         self._thread: ThreadPoolExecutor | None = None
         self._lock: DirLock | None = None
@@ -277,13 +277,13 @@ class DataPath:
         if not isinstance(fut, Future):  # not a disk-thread job (a leader's replica acks): not grouped
             return fut
         running = asyncio.wrap_future(fut)
-        self._syncing[queue] = running
+        self._syncing.add(queue)
         running.add_done_callback(lambda _f: self._sync_done(queue))
         return running
 
     def _sync_done(self, queue: Synced) -> None:
         """A queue's disk-thread sync ended: start the one its later publishes wait for."""
-        del self._syncing[queue]
+        self._syncing.discard(queue)
         shared = self._grouped.pop(queue, None)
         if shared is None:
             return

@@ -65,13 +65,19 @@ def parse_meta(raw: bytes) -> tuple[int, int, int, int, int] | None:
     file's bytes, or None if they are not a valid meta file (a negative
     file number or position counts as invalid; a negative depth is left to
     the queue's tail check, as Go)."""
+    got = _meta_at(raw)
+    return None if got is None else got[0]
+
+
+def _meta_at(raw: bytes) -> tuple[tuple[int, int, int, int, int], int] | None:
+    """:func:`parse_meta`'s state and the offset where Go's text ends."""
     m = _META_RE.match(raw)
     if m is None:
         return None
     depth, read_num, read_pos, write_num, write_pos = (int(v) for v in m.groups())
     if read_num < 0 or read_pos < 0 or write_num < 0 or write_pos < 0:
         return None
-    return depth, read_num, read_pos, write_num, write_pos
+    return (depth, read_num, read_pos, write_num, write_pos), m.end()
 
 
 def _seal(text: bytes, seq: int) -> bytes:
@@ -84,13 +90,11 @@ def _parse_slot(raw: bytes) -> tuple[tuple[int, int, int, int, int], int, bool] 
     """``(state, seq, sealed)`` of one slot, or None if it is not valid (a
     sealed slot whose CRC fails is not). An unsealed one (Go's file) has
     sequence 0."""
-    m = _META_RE.match(raw)
-    if m is None:
+    got = _meta_at(raw)
+    if got is None:
         return None
-    vals = parse_meta(raw)
-    if vals is None:
-        return None
-    seal = _SEAL_RE.match(raw, m.end())
+    vals, end = got
+    seal = _SEAL_RE.match(raw, end)
     if seal is None:
         return vals, 0, False
     head = raw[:seal.start(2)]
