@@ -233,9 +233,18 @@ async def test_bad_frames_reconnect_without_damage(make_nsqd, tmp_path, session)
         follower._records(frame[:-1] + b"?")  # a byte changed on the way
     with pytest.raises(Exception, match="damaged|truncated"):
         follower._records(frame[:-3])  # cut short
+    for at in (1, 8, 20, len(frame) // 2):  # the head (topic, offsets, count) is covered too
+        with pytest.raises(Exception, match="damaged"):
+            follower._records(frame[:at] + bytes([frame[at] ^ 0x10]) + frame[at + 1:])
+    with pytest.raises(Exception, match="a page of 20 bytes for 5 records"):
+        follower._records(encode_records("t", 3, 0, 5, 8, bytes(20)))  # whole, but too short for its count
     assert head(replica, "t") == 3
     assert segments(replica, "t") == segments(leader, "t")
     async with aiohttp.ClientSession() as s:
+        async with s.ws_connect(f"http://127.0.0.1:{leader.http_port}/replica/stream") as ws:
+            await ws.send_json({"type": "hello", "topics": {}})  # a replica of an older release: no version
+            msg = await ws.receive_json(timeout=5)
+            assert msg["type"] == "refused" and "stream version 1, this leader 2" in msg["message"], msg
         for garbage in ("not json", "[1, 2]", '{"topics": {"t": {"head": "x"}}}', '{"topics": [1]}'):
             async with s.ws_connect(f"http://127.0.0.1:{leader.http_port}/replica/stream") as ws:
                 await ws.send_str(garbage)
@@ -330,6 +339,38 @@ async def test_a_diskqueue_leader_is_not_followed(make_nsqd, tmp_path, caplog) -
     leader = await make_nsqd(data_path=str(tmp_path / "a"), storage="diskqueue")
     await make_nsqd(data_path=str(tmp_path / "b"), storage="wal", replica_of=f"127.0.0.1:{leader.http_port}")
     await wait_for(lambda: "--storage=wal" in caplog.text, timeout=10)
+
+
+async def test_a_leader_of_another_stream_version_is_not_followed(make_nsqd, tmp_path, caplog) -> None:
+    from aiohttp import web
+
+    hellos = []
+
+    async def stream(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        hellos.append(await ws.receive_json(timeout=5))
+        await ws.send_json({"type": "hello", "epoch": 0, "cluster": "", "cut": {}, "drop": []})  # no version
+        await ws.send_bytes(b"\x01garbage")  # never read: the hello is refused first
+        await asyncio.sleep(5)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/replica/stream", stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        (tmp_path / "b").mkdir()
+        replica = await make_nsqd(data_path=str(tmp_path / "b"), storage="wal", replica_of=f"127.0.0.1:{port}")
+        await wait_for(lambda: "the leader speaks replication stream version 1, this replica 2" in caplog.text,
+                       timeout=10)
+        assert hellos[0]["version"] == 2
+        assert not replica.topics and not replica.replication.follower.connected
+    finally:
+        await runner.cleanup()
 
 
 async def test_old_leader_restarted_as_leader_cannot_acknowledge(make_nsqd, tmp_path, session) -> None:

@@ -61,7 +61,7 @@ class ReplicaTopicStore(LogTopicStore):
         self._refuse()
         return super().append_entries(entries)
 
-    def copy(self, topic: Topic, first: int, segment_base: int, count: int, data: bytes) -> int:
+    def copy(self, topic: Topic, first: int, segment_base: int, count: int, data: bytes | memoryview) -> int:
         """Write ``count`` of the leader's records starting at offset
         ``first`` (what this copy has already is skipped; a copy that fell
         behind the leader's retention starts over at ``first``).

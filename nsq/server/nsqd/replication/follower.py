@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
-from nsq.server.nsqd.replication.wire import WireError, decode_records, encode_ack
+from nsq.server.nsqd.replication.wire import VERSION, WireError, decode_records, encode_ack
 from nsq.server.nsqd.storage.backend import BackendFull
 from nsq.server.nsqd.storage.replicalog import ReplicaLog
 
@@ -138,7 +138,7 @@ class Follower:
             tlog = getattr(topic.store, "log", None)
             if tlog is not None and not topic.ephemeral:
                 topics[name] = {"head": tlog.head, "epochs": self.repl.epochs_of(tlog), "id": self.repl.log_id(tlog)}
-        return {"type": "hello", "epoch": self.repl.epoch,
+        return {"type": "hello", "version": VERSION, "epoch": self.repl.epoch,
                 "cluster": self.repl.cluster if self.repl.holds_data() else "",
                 "node_id": self.nsqd.options.node_id,
                 "address": self.repl.address(), "topics": topics}
@@ -151,6 +151,10 @@ class Follower:
         hello = json.loads(reply.data)
         if hello.get("type") == "refused":
             raise ReplicationError(f"refused: {hello.get('message')}")
+        version = hello.get("version", 1)
+        if version != VERSION:
+            raise ReplicationError(f"the leader speaks replication stream version {version}, this replica "
+                                   f"{VERSION}: run the same nsq release on both")
         epoch = int(hello.get("epoch", 0))
         why = self.repl.join(str(hello.get("cluster", "")))
         if why:
@@ -192,8 +196,8 @@ class Follower:
 
     def _records(self, frame: bytes) -> tuple[str, int]:
         name, first, base, count, leader_head, data = decode_records(frame)
-        if not count:
-            raise ReplicationError(f"TOPIC({name}): an empty page at offset {first}")
+        if not count or len(data) < 8 * count:  # each record has an 8-byte frame (size, crc)
+            raise ReplicationError(f"TOPIC({name}): a page of {len(data)} bytes for {count} records at offset {first}")
         topic = self._topic(name)
         store: ReplicaTopicStore = topic.store
         try:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
-from nsq.server.nsqd.replication.wire import WireError, decode_ack, records_head, ws_binary_head
+from nsq.server.nsqd.replication.wire import VERSION, WireError, decode_ack, records_frame
 from nsq.server.nsqd.storage.backend import NotReplicated
 
 if TYPE_CHECKING:
@@ -69,8 +69,8 @@ class Session:
         self._tails: dict[str, tuple[TopicLog, deque[tuple[int, int, int, bytes]]]] = {}
         self._tail_bytes = 0
 
-    def appended(self, tlog: TopicLog, data: bytes, first: int, segment_base: int) -> None:
-        """``tlog`` appended ``data`` (bytes: framed records, as written) from
+    def appended(self, tlog: TopicLog, data: bytes | memoryview, first: int, segment_base: int) -> None:
+        """``tlog`` appended ``data`` (framed records, as written) from
         offset ``first`` (to its head) in its segment starting at
         ``segment_base``: kept for the sender, which then sends them without
         reading them back (up to :data:`TAIL` bytes; past it, all are
@@ -79,7 +79,7 @@ class Session:
         got = self._tails.get(tlog.name)
         if got is None or got[0] is not tlog:  # a topic deleted and made again: its own log
             got = self._tails[tlog.name] = (tlog, deque())
-        got[1].append((first, tlog.head, segment_base, data))
+        got[1].append((first, tlog.head, segment_base, data if type(data) is bytes else bytes(data)))
         self._tail_bytes += len(data)
         if self._tail_bytes > TAIL:
             self._tails.clear()
@@ -280,8 +280,8 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
         if cut < head:
             cuts[name] = cut
         sess.sent[name] = cut
-    await ws.send_json({"type": "hello", "epoch": repl.epoch, "cluster": repl.cluster, "node_id": nsqd.options.node_id,
-                        "cut": cuts, "drop": drop})
+    await ws.send_json({"type": "hello", "version": VERSION, "epoch": repl.epoch, "cluster": repl.cluster,
+                        "node_id": nsqd.options.node_id, "cut": cuts, "drop": drop})
     await ws.send_json(leader_state(nsqd, repl))
     repl.sessions.append(sess)
     repl.watch()
@@ -363,9 +363,7 @@ async def _send(ws: web.WebSocketResponse, transport: Any, nsqd: ReplicationHost
                     chunks, count, base = sess.page(tlog, off)
                     if not count:
                         break
-                    head = records_head(name, off, base, count, tlog.head, chunks)
-                    size = len(head) + sum(map(len, chunks))
-                    transport.writelines([ws_binary_head(size) + head, *chunks])
+                    transport.writelines(records_frame(name, off, base, count, tlog.head, chunks))
                     off += count
                     while transport.get_write_buffer_size() > HIGH_WATER and not ws.closed:
                         await asyncio.sleep(0.01)  # a replica slower than the log grows

@@ -35,6 +35,7 @@ from aiohttp import web
 from nsq.server.httpapi import HTTPError, json_response
 from nsq.server.nsqd.delivery.replicastore import refusal
 from nsq.server.nsqd.replication.leader import Acks, Session, lag_seconds, stream_handler
+from nsq.server.nsqd.replication.wire import VERSION
 from nsq.server.nsqd.storage.atomicfile import replace_atomically
 
 if TYPE_CHECKING:
@@ -173,7 +174,7 @@ class Replication:
             sess.changed = True
             sess.wake()
 
-    def _appended(self, tlog: TopicLog, data: bytes, first: int, segment_base: int) -> None:
+    def _appended(self, tlog: TopicLog, data: bytes | memoryview, first: int, segment_base: int) -> None:
         for sess in self.sessions:
             sess.appended(tlog, data, first, segment_base)
             sess.wake()
@@ -260,6 +261,10 @@ class Replication:
         """Why this node does not take a replica ("" if it does)."""
         if self.nsqd.replica_of:
             return f"this nsqd is itself a replica of {self.nsqd.replica_of}"
+        version = hello.get("version", 1)
+        if version != VERSION:
+            return (f"the replica speaks replication stream version {version}, this leader {VERSION}: "
+                    "run the same nsq release on both")
         if int(hello.get("node_id", -1)) == self.nsqd.options.node_id and \
                 str(hello.get("address", "")) == self.address():
             return "a replica of itself"

@@ -23,7 +23,7 @@ __all__ = ["write_all", "replace_atomically", "fsync_dir", "NO_SPACE"]
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
-def write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes | memoryview) -> None:
     """``write`` until all of ``data`` is written at the fd's position.
 
     Raises:

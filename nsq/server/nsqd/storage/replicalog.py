@@ -27,7 +27,7 @@ log = logging.getLogger("nsq.nsqd")
 class ReplicaLog(TopicLog):
     """A topic log a leader's records are copied into (see the module docstring)."""
 
-    def append_copy(self, data: bytes, count: int, segment_base: int) -> int:
+    def append_copy(self, data: bytes | memoryview, count: int, segment_base: int) -> int:
         """Append ``count`` records (checked by the caller) that the
         leader holds in its segment starting at ``segment_base``: a new
         segment starts here exactly when the leader's did, and never for

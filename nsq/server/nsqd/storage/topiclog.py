@@ -99,7 +99,7 @@ class TopicLog(AppendFile):
         self._wfd: int | None = None
         self._roll_next = False  # an fsync failed: the next append starts a new segment
         #: called after each append with (log, records as written, first offset, segment base)
-        self.on_append: Callable[[TopicLog, bytes, int, int], None] | None = None
+        self.on_append: Callable[[TopicLog, bytes | memoryview, int, int], None] | None = None
         #: offset -> (segment base, byte position) where :meth:`read_raw` pages ended
         self._raw_ends: dict[int, tuple[int, int]] = {}
         #: directories whose new entries (the log's directory, a segment)
@@ -196,7 +196,7 @@ class TopicLog(AppendFile):
             return self._append_split(data)
         return self._append(data, count)
 
-    def _append(self, data: bytes, count: int, roll: bool = True) -> int:
+    def _append(self, data: bytes | memoryview, count: int, roll: bool = True) -> int:
         active = self._segments[-1]
         if self._roll_next or self._wfd is None or (roll and active.size >= self.max_bytes_per_file and active.count):
             self._roll()
