@@ -271,18 +271,27 @@ class AuthServer:
 
 
 @contextlib.asynccontextmanager
+async def serve_app(app):
+    """Serve the aiohttp ``app`` on a free loopback port; yields the port."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield site._server.sockets[0].getsockname()[1]
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
 async def serve_auth(server: AuthServer):
     """Serve ``server`` on a free loopback port (sets its ``address``)."""
     from aiohttp import web
 
     app = web.Application()
     app.router.add_get("/auth", server.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server.address = f"127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-    try:
+    async with serve_app(app) as port:
+        server.address = f"127.0.0.1:{port}"
         yield server
-    finally:
-        await runner.cleanup()

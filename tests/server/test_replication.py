@@ -16,7 +16,7 @@ from nsq.protocol import commands as c
 from nsq.server.nsqd.nsqd import NSQD
 from nsq.server.nsqd.options import ConfigError
 
-from .helpers import HTTP, Conn
+from .helpers import HTTP, Conn, serve_app
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -357,20 +357,13 @@ async def test_a_leader_of_another_stream_version_is_not_followed(make_nsqd, tmp
 
     app = web.Application()
     app.router.add_get("/replica/stream", stream)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    async with serve_app(app) as port:
         (tmp_path / "b").mkdir()
         replica = await make_nsqd(data_path=str(tmp_path / "b"), storage="wal", replica_of=f"127.0.0.1:{port}")
         await wait_for(lambda: "the leader speaks replication stream version 1, this replica 2" in caplog.text,
                        timeout=10)
         assert hellos[0]["version"] == 2
         assert not replica.topics and not replica.replication.follower.connected
-    finally:
-        await runner.cleanup()
 
 
 async def test_old_leader_restarted_as_leader_cannot_acknowledge(make_nsqd, tmp_path, session) -> None:
