@@ -454,3 +454,19 @@ async def test_a_topic_deleted_while_the_replica_was_away_is_dropped(make_nsqd, 
     leader = await make_nsqd(data_path=str(tmp_path / "a"), storage="wal", max_bytes_per_file=4096,
                              http_address=f"127.0.0.1:{port}")
     assert "gone" in leader.replication.deleted and "again" in leader.replication.deleted
+
+
+async def test_spin_before_sleep_counts_the_streams_frames_as_reads(make_nsqd, tmp_path, session) -> None:
+    # a records frame keeps the replica's loop polling, an ack the leader's (HTTP reads touch neither)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    leader = await make_nsqd(data_path=str(tmp_path / "a"), storage="wal", spin_before_sleep=0.2)
+    replica = await make_nsqd(data_path=str(tmp_path / "b"), storage="wal", spin_before_sleep=0.2,
+                              replica_of=f"127.0.0.1:{leader.http_port}")
+    await wait_for(lambda: leader.replication.sessions, timeout=10)
+    await wait_for(lambda: not leader.spinner.running and not replica.spinner.running, timeout=10)
+    before = leader.spinner.turns, replica.spinner.turns
+    assert (await HTTP(session, leader.http_port).post("/pub", data="x", topic="t"))[0] == 200
+    await wait_for(lambda: head(replica, "t") == 1 and leader.replication.sessions[0].acked.get("t") == 1,
+                   timeout=10)
+    assert replica.spinner.turns > before[1] and leader.spinner.turns > before[0]

@@ -166,7 +166,8 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     OptionSpec("max-bytes-per-file", "max_bytes_per_file", "int",
                "number of bytes per diskqueue file before rolling"),
     OptionSpec("spin-before-sleep", "spin_before_sleep", "duration",
-               "keep polling the network this long after each read instead of sleeping, so a request that "
+               "keep polling the network this long after each read (a client's, or a replication page or ack) "
+               "instead of sleeping, so a request that "
                "follows within it is answered without the kernel's wake-up (e.g. 50us: lower latency for "
                "request/response producers, at the cost of CPU: a daemon busier than once per window keeps a "
                "core spinning); default 0s: off, as Go nsqd"),

@@ -175,8 +175,11 @@ class Follower:
                 copy.truncate_to(int(offset))
         self.connected = True
         log.info("REPLICA: following %s (epoch %d)", self.leader, epoch)
+        spinner, loop = self.nsqd.spinner, asyncio.get_running_loop()
         async for msg in ws:
             if msg.type == aiohttp.WSMsgType.BINARY:
+                if spinner is not None:  # --spin-before-sleep: a page is a read (the next comes sooner)
+                    spinner.touch(loop.time())
                 name, head = self._records(msg.data)
                 await self._ack(ws, name, head)
             elif msg.type == aiohttp.WSMsgType.TEXT:

@@ -290,9 +290,12 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
     transport = request.transport
     assert transport is not None
     sender = asyncio.ensure_future(_send(ws, transport, nsqd, repl, sess))
+    spinner, loop = nsqd.spinner, asyncio.get_running_loop()
     try:
         async for msg in ws:
             if msg.type == WSMsgType.BINARY:
+                if spinner is not None:  # --spin-before-sleep: an ack is a read
+                    spinner.touch(loop.time())
                 try:
                     name, head = decode_ack(msg.data)
                 except WireError as exc:
