@@ -158,6 +158,38 @@ def test_round_trip_many_records_across_rolls_and_reopen(tmp_path):
     assert not [n for n in listing(tmp_path) if n.endswith(".bad")]
 
 
+@pytest.mark.parametrize("batch", [1, 2, 7, 64, 10_000])
+def test_read_many_matches_read_one_by_one(tmp_path, caplog, batch):
+    # read_many takes the records already in its read-ahead buffer in one loop: the same records,
+    # positions, depths, deleted files and corruption reports as read() one at a time
+    caplog.set_level(logging.INFO, logger="nsq.nsqd")
+    queues = []
+    for name in ("a", "b"):
+        dq = new(tmp_path, name=name, max_bytes=700)
+        for i in range(300):
+            dq.put(msg(i, 4 + (i * 13) % 90))
+        dq.sync()
+        with open(data_file(tmp_path, 3, name), "r+b") as f:  # a garbage size: file 3's third record
+            for _ in range(2):
+                f.seek(struct.unpack(">I", f.read(4))[0], os.SEEK_CUR)
+            f.write(struct.pack(">I", 3))  # below the 26 bytes of a message: inside the file
+        queues.append(dq)
+    one, many = queues
+    while True:
+        got = many.read_many(batch)
+        want = [r for r in (one.read() for _ in range(len(got) or 1)) if r is not None]
+        assert got == want
+        assert (many.read_file_num, many.read_pos, many.depth) == (one.read_file_num, one.read_pos, one.depth)
+        if not got:
+            break
+    assert one.depth == many.depth == 0
+    assert caplog.text.count("invalid message read size") == 2  # once per queue
+    assert sorted(n.replace("b.", "a.") for n in listing(tmp_path) if n.startswith("b.")) == \
+        sorted(n for n in listing(tmp_path) if n.startswith("a."))
+    one.close()
+    many.close()
+
+
 def test_fully_read_files_are_deleted(tmp_path):
     dq = new(tmp_path, max_bytes=100)
     for i in range(7):  # files 0,1,2 with two records, file 3 with one

@@ -14,7 +14,7 @@ import logging
 import struct
 
 from nsq.protocol.errors import ProtocolError
-from nsq.protocol.message import decode_message
+from nsq.protocol.message import MIN_MESSAGE_LENGTH, decode_message
 
 log = logging.getLogger("nsq.nsqd")
 
@@ -62,6 +62,9 @@ def decode_entries(records: list[bytes], subject: str = "", offset: int = NO_OFF
     """Queue entries (delay 0, ``offset`` for each) from disk records; a
     record that does not decode is skipped with a log line naming
     ``subject`` (``TOPIC(t)``)."""
+    if records and min(map(len, records)) >= MIN_MESSAGE_LENGTH:  # the usual case: none can fail
+        unpack = _MSG_HDR.unpack_from
+        return [(r[10:26], r[26:], ts, attempts, 0, offset) for r in records for ts, attempts in (unpack(r),)]
     out: list[Entry] = []
     for record in records:
         try:
