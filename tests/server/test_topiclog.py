@@ -60,6 +60,30 @@ def test_records_come_back_in_order_across_segments(tmp_path):
     assert [r[0] for r in _read_all(reopened, 500)] == list(range(500, 1000))
 
 
+@pytest.mark.parametrize("n", [1, 3, 50, 5000])
+def test_small_reads_of_uneven_records_read_what_one_pass_reads(tmp_path, n):
+    # a read sizes its pread by n (the segment's mean record) and starts where the last one ended: records
+    # larger than the mean make it come back short, never wrong; every reader's own position is kept
+    tlog = TopicLog("t", str(tmp_path / "t.wal"), max_bytes_per_file=20000, sync_every=100)
+    recs = [encode_record(b"%016x" % i, b"y" * (10 + (i * 37) % 700), 1000 + i, 0, 0) for i in range(600)]
+    for i in range(0, 600, 7):
+        tlog.append(recs[i:i + 7])
+    whole = [r[0] for r in _read_all(tlog, n=10_000)]
+    assert whole == list(range(600))
+    a, b = 0, 5  # two readers (two channels) reading in turn
+    got_a, got_b = [], []
+    while a < tlog.head or b < tlog.head:
+        records, a = tlog.read(a, n)
+        got_a += [r[0] for r in records]
+        records, b = tlog.read(b, n)
+        got_b += [r[0] for r in records]
+    assert got_a == whole and got_b == whole[5:]
+    for offset, rec in zip(range(600), recs):
+        records, _ = tlog.read(offset, 1)
+        assert encode_record(records[0][1], records[0][2], records[0][3], records[0][4], records[0][5]) == rec
+    tlog.close()
+
+
 def test_a_record_is_the_message_plus_twelve_bytes(tmp_path):
     tlog = TopicLog("t", str(tmp_path / "t.wal"), 1 << 20, 100)
     body = b"b" * 200

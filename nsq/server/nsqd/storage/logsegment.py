@@ -23,8 +23,8 @@ from nsq.protocol.message import MIN_MESSAGE_LENGTH
 
 log = logging.getLogger("nsq.nsqd")
 
-__all__ = ["LogRecord", "Segment", "encode_record", "encode_batch", "parse_record", "segment_name", "FRAME", "HEAD",
-           "SEGMENT_SUFFIX", "CHUNK", "INDEX_EVERY"]
+__all__ = ["LogRecord", "Segment", "encode_record", "encode_batch", "parse_record", "read_ended", "segment_name",
+           "FRAME", "HEAD", "SEGMENT_SUFFIX", "CHUNK", "INDEX_EVERY", "READ_ENDS"]
 
 #: size, crc32 of the payload
 FRAME = struct.Struct(">II")
@@ -35,6 +35,8 @@ SEGMENT_SUFFIX = ".log"
 CHUNK = 1 << 20
 #: one sparse-index entry per this many records
 INDEX_EVERY = 256
+#: read ends a log keeps (:func:`read_ended`): one per sequential reader (a channel, a replica)
+READ_ENDS = 1024
 
 #: a record read back: (offset, id, body, timestamp, attempts, defer ms)
 LogRecord = tuple[int, bytes, bytes, int, int, int]
@@ -138,6 +140,20 @@ class Segment:
         seg.index_pos = index_pos
         seg.count = count
 
+    def walk(self, pos: int, skip: int) -> int:
+        """The byte position ``skip`` records after the record at byte
+        ``pos`` (reading their headers), or :attr:`size` if the file ends
+        first."""
+        if skip:
+            fd = self.read_fd()
+            while skip:
+                hdr = os.pread(fd, 8, pos)
+                if len(hdr) < 8:
+                    return self.size
+                pos += 8 + FRAME.unpack(hdr)[0]
+                skip -= 1
+        return pos
+
     def read_fd(self) -> int:
         """The read fd, opened on first use."""
         if self.rfd is None:
@@ -149,6 +165,16 @@ class Segment:
         if self.rfd is not None:
             os.close(self.rfd)
             self.rfd = None
+
+
+def read_ended(ends: dict[int, tuple[int, int]], offset: int, base: int, pos: int) -> None:
+    """Note in ``ends`` that a read of a log ended at ``offset``, byte
+    ``pos`` of its segment starting at offset ``base``: the reader's next
+    read starts there without walking record headers from the sparse index
+    (at most :data:`READ_ENDS` kept, the oldest dropped first)."""
+    if len(ends) >= READ_ENDS:
+        del ends[next(iter(ends))]
+    ends[offset] = (base, pos)
 
 
 def parse_record(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int] | None:

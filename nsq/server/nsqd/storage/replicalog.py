@@ -55,7 +55,7 @@ class ReplicaLog(TopicLog):
         log.warning("TOPIC(%s): copy restarts at the leader's first retained offset %d (it had %d to %d)",
                     self.name, base, self.first, self.head)
         self._close_files()
-        self._raw_ends.clear()
+        self._read_ends.clear()
         for seg in self._segments:
             try:
                 os.remove(seg.path)
@@ -83,7 +83,7 @@ class ReplicaLog(TopicLog):
             return 0
         offset = max(offset, self.first)
         cut = self.head - offset
-        self._raw_ends.clear()
+        self._read_ends.clear()
         while len(self._segments) > 1 and self._bases[-1] >= offset and self._bases[-1] > self.first:
             seg = self._segments.pop()
             self._bases.pop()

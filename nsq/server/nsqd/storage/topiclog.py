@@ -57,7 +57,7 @@ from nsq.protocol.message import MIN_MESSAGE_LENGTH
 from nsq.server.nsqd.storage.atomicfile import fsync_dir, write_all
 from nsq.server.nsqd.storage.backend import BackendFull
 from nsq.server.nsqd.storage.logsegment import (CHUNK, FRAME, HEAD, INDEX_EVERY, SEGMENT_SUFFIX, LogRecord, Segment,
-                                                 encode_batch, encode_record, parse_record, segment_name)
+                                                 encode_batch, encode_record, parse_record, read_ended, segment_name)
 from nsq.server.nsqd.storage.syncpolicy import AppendFile
 
 __all__ = ["TopicLog", "LogRecord", "encode_record", "encode_batch"]
@@ -100,8 +100,8 @@ class TopicLog(AppendFile):
         self._roll_next = False  # an fsync failed: the next append starts a new segment
         #: called after each append with (log, records as written, first offset, segment base)
         self.on_append: Callable[[TopicLog, bytes | memoryview, int, int], None] | None = None
-        #: offset -> (segment base, byte position) where :meth:`read_raw` pages ended
-        self._raw_ends: dict[int, tuple[int, int]] = {}
+        #: offset -> (segment base, byte position) where a read ended (:func:`read_ended`)
+        self._read_ends: dict[int, tuple[int, int]] = {}
         #: directories whose new entries (the log's directory, a segment)
         #: are not known to be durable yet: synced before the next append
         self._unsynced_dirs: list[str] = []
@@ -395,38 +395,30 @@ class TopicLog(AppendFile):
         return bisect.bisect_right(self._bases, offset) - 1
 
     def _position(self, seg: Segment, offset: int) -> int:
-        """The byte position of ``offset`` in ``seg`` (walks record headers
-        from the nearest sparse-index entry before it)."""
+        """The byte position of ``offset`` in ``seg``: where a read ended
+        there (:func:`read_ended`), else walked to over record headers from
+        the nearest sparse-index entry before it."""
+        known = self._read_ends.get(offset)
+        if known is not None and known[0] == seg.base:
+            return known[1]
         if seg.index is None:
             self._scan(seg)
         assert seg.index is not None
         k = bisect.bisect_right(seg.index, offset) - 1
         if k < 0:
             return seg.size
-        pos = seg.index_pos[k]
-        skip = offset - seg.index[k]
-        if skip:
-            fd = seg.read_fd()
-            while skip:
-                hdr = os.pread(fd, 8, pos)
-                if len(hdr) < 8:
-                    return seg.size
-                pos += 8 + FRAME.unpack(hdr)[0]
-                skip -= 1
-        return pos
+        return seg.walk(seg.index_pos[k], offset - seg.index[k])
 
     def read(self, offset: int, n: int, max_bytes: int = CHUNK) -> tuple[list[LogRecord], int]:
         """Up to ``n`` records from ``offset``: fewer at the head, at a
         segment's end, or past about ``max_bytes`` bytes (at least one).
 
         Returns:
-            ``(records, next offset)``: the next offset is past what was
-            returned, and past a damaged rest of a segment, which is skipped
-            with a log line (an offset below :attr:`first` reads from
-            :attr:`first`).
+            ``(records, next offset)``: the next offset is past what was returned, and past a damaged
+            rest of a segment, which is skipped with a log line (an offset below :attr:`first` reads
+            from :attr:`first`).
         """
-        if offset < self.first:
-            offset = self.first
+        offset = max(offset, self.first)
         if offset >= self.head or n <= 0:
             return [], offset
         i = self._segment_for(offset)
@@ -437,7 +429,10 @@ class TopicLog(AppendFile):
         if pos >= seg.size:
             return [], seg_end  # the rest of this segment was damaged
         fd = seg.read_fd()
-        buf = os.pread(fd, min(max_bytes, seg.size - pos), pos)
+        want = min(max_bytes, seg.size - pos)
+        if seg.count:  # about n records' bytes (a 1 MiB pread for 64 records cost more than parsing them)
+            want = min(want, max(4096, n * (seg.size // seg.count + 1) * 5 // 4))
+        buf = os.pread(fd, want, pos)
         if len(buf) >= 8:
             first_size = 8 + FRAME.unpack_from(buf, 0)[0]
             if len(buf) < first_size <= seg.size - pos:
@@ -464,6 +459,8 @@ class TopicLog(AppendFile):
             out.append((offset, buf[start + 14:start + 30], buf[start + 30:stop], ts, attempts, defer_ms))
             offset += 1
             rel = stop
+        if out:
+            read_ended(self._read_ends, offset, seg.base, pos + rel)
         return out, offset
 
     def read_raw(self, offset: int, max_bytes: int = CHUNK) -> tuple[bytes, int, int]:
@@ -476,12 +473,11 @@ class TopicLog(AppendFile):
         if offset >= self.head:
             return b"", 0, seg.base
         seg_end = self._bases[i + 1] if i + 1 < len(self._bases) else self.head
-        known = self._raw_ends.get(offset)  # where a sequential reader's last page ended: no header walk
-        pos = known[1] if known is not None and known[0] == seg.base else self._position(seg, offset)
+        pos = self._position(seg, offset)
         if seg.count is not None and 0 < seg.size - pos <= 4 * max_bytes:  # the segment's rest: no walk
             data = os.pread(seg.read_fd(), seg.size - pos, pos)
             if len(data) == seg.size - pos:
-                self._raw_ends[seg.base + seg.count] = (seg.base, seg.size)
+                read_ended(self._read_ends, seg.base + seg.count, seg.base, seg.size)
                 return data, seg.base + seg.count - offset, seg.base
         buf = os.pread(seg.read_fd(), max(0, min(max_bytes, seg.size - pos)), pos)
         rel = count = 0
@@ -495,9 +491,7 @@ class TopicLog(AppendFile):
                     break
             rel = stop
             count += 1
-        if len(self._raw_ends) > 16:
-            self._raw_ends.clear()
-        self._raw_ends[offset + count] = (seg.base, pos + rel)
+        read_ended(self._read_ends, offset + count, seg.base, pos + rel)
         return buf[:rel], count, seg.base
 
     # -- deleting ------------------------------------------------------------------
