@@ -252,10 +252,10 @@ class Channel:
         while ready:
             if backend.depth and (not q or (self._disk_turn and self._read_left <= 0)):  # no reordering
                 self._disk_turn = False
-                want = 64  # a read costs about the same for 1 record or 64: RDY 1 clients take the rest next
+                want = max(0, min(64, self.mem_queue_size - len(q)))  # read ahead, within --mem-queue-size
                 for client in ready:
                     want += client.ready_count - client.in_flight_count
-                msgs = self._read_backend(min(want, self._turn_reads))
+                msgs = self._read_backend(min(max(want, 1), self._turn_reads))
                 if msgs:
                     self._turn_reads = min(1024, len(ready) * -(-TURN_BYTES // (len(msgs[0][1]) + 30)))
                     self._read_left = len(msgs)
