@@ -252,7 +252,7 @@ class Channel:
         while ready:
             if backend.depth and (not q or (self._disk_turn and self._read_left <= 0)):  # no reordering
                 self._disk_turn = False
-                want = max(0, min(64, self.mem_queue_size - len(q)))  # read ahead, within --mem-queue-size
+                want = 0
                 for client in ready:
                     want += client.ready_count - client.in_flight_count
                 msgs = self._read_backend(min(max(want, 1), self._turn_reads))
