@@ -79,7 +79,11 @@ def _records_parts(topic: str, first: int, segment_base: int, count: int, leader
 
 
 def encode_records(topic: str, first: int, segment_base: int, count: int, leader_head: int, data: bytes) -> bytes:
-    """One records frame (bytes)."""
+    """One records frame (bytes, the layout in the module docstring) of
+    ``count`` framed records joined in ``data``, the first at offset
+    ``first``, in the leader's segment starting at ``segment_base``;
+    ``leader_head`` the leader's head (offsets are message counts).
+    What :func:`records_frame` sends, as one bytes object (tests, tools)."""
     head, trailer = _records_parts(topic, first, segment_base, count, leader_head, [data])
     return head + data + trailer
 

@@ -62,7 +62,8 @@ def decode_entries(records: list[bytes], subject: str = "", offset: int = NO_OFF
     """Queue entries (delay 0, ``offset`` for each) from disk records; a
     record that does not decode is skipped with a log line naming
     ``subject`` (``TOPIC(t)``)."""
-    if records and min(map(len, records)) >= MIN_MESSAGE_LENGTH:  # the usual case: none can fail
+    # the usual case, none too short to fail: decode_message's layout inline (no object per record)
+    if records and min(map(len, records)) >= MIN_MESSAGE_LENGTH:
         unpack = _MSG_HDR.unpack_from
         return [(r[10:26], r[26:], ts, attempts, 0, offset) for r in records for ts, attempts in (unpack(r),)]
     out: list[Entry] = []
