@@ -201,6 +201,56 @@ async def test_fin_removes_in_flight(connect, http: HTTP):
     await wait_for(done)
 
 
+async def test_rdy_1_workers_get_the_next_message_only_after_each_fin(connect, http: HTTP):
+    """A work queue: two RDY 1 workers on a channel holding a backlog each
+    hold one message at a time and get the next after their FIN; all are
+    delivered once, each worker's in publish order."""
+    w1 = await consumer(connect, "wq", "ch", rdy=0)
+    w2 = await consumer(connect, "wq", "ch", rdy=0)
+    pub = await connect()
+    await pub.send(c.mpub("wq", [b"%03d" % i for i in range(40)]))
+    await pub.expect_ok()
+    for w in (w1, w2):
+        await w.send(c.rdy(1))
+    seen: dict[Conn, list[bytes]] = {w1: [], w2: []}
+    for round_ in range(20):
+        for w in (w1, w2):
+            msg = await w.read_message()
+            if round_ < 2:
+                await w.expect_nothing(0.05)  # RDY 1: nothing more until the FIN
+            seen[w].append(msg.body)
+            await w.send(c.fin(msg.id))
+    assert sorted(seen[w1] + seen[w2]) == [b"%03d" % i for i in range(40)]
+    assert all(bodies == sorted(bodies) and len(bodies) == 20 for bodies in seen.values())
+
+    async def done():
+        ch = await http.channel_stats("wq", "ch")
+        return ch["depth"] == 0 and ch["in_flight_count"] == 0 and \
+            [cl["finish_count"] for cl in ch["clients"]] == [20, 20]
+
+    await wait_for(done)
+
+
+async def test_a_sampling_rdy_1_worker_drains_the_backlog(connect, http: HTTP):
+    """A RDY 1 worker sampling 30 % keeps getting messages after one is
+    sampled out (it is skipped, its room stays) until the backlog is gone."""
+    w = await consumer(connect, "s", "ch", rdy=0, sample_rate=30)
+    pub = await connect()
+    await pub.send(c.mpub("s", [b"%03d" % i for i in range(200)]))
+    await pub.expect_ok()
+    await w.send(c.rdy(1))
+    got = []
+    while True:
+        ch = await http.channel_stats("s", "ch")
+        if ch["depth"] == 0 and ch["in_flight_count"] == 0:
+            break
+        msg = await w.read_message(timeout=5.0)
+        got.append(msg.body)
+        await w.send(c.fin(msg.id))
+    # Go keeps a message when rand(100) <= rate: 31 % expected, sd ~6.5 of 200
+    assert 30 < len(got) < 100 and got == sorted(set(got)), got
+
+
 async def test_req_zero_redelivers(connect, http: HTTP):
     sub = await consumer(connect, "t", "ch")
     pub = await connect()

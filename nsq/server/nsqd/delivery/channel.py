@@ -193,12 +193,8 @@ class Channel:
                 cap += client.ready_count - client.in_flight_count
         return cap
 
-    def _requeue(self, msg: Message) -> None:
-        """Put a timed-out / requeued message back at the tail."""
-        self._enqueue(entry(msg))
-
     def _enqueue(self, msg: Entry) -> None:
-        """Put an entry (a requeue, a due deferred message) at the tail:
+        """Put an entry (a requeued or timed-out message, a due deferred one) at the tail:
         past ``--mem-queue-size``, the store may take it; never lose an
         acknowledged message, so memory grows past its limit otherwise."""
         q = self.queue
@@ -365,6 +361,14 @@ class Channel:
         """Called when a client's RDY allows more messages."""
         if (client.in_flight_count < client.ready_count and not client.closing and not client.write_paused
                 and not client.out_full):
+            q = self.queue
+            if (client.ready_count - client.in_flight_count == 1 and q and not self._ready and not self.backend.depth
+                    and not self.paused and not self.nsqd.draining):
+                # room for one, no other client waiting (a work queue's worker after its FIN): pump's next message
+                self._read_left -= 1
+                self._send(client, [q.popleft()], time.monotonic())
+                if client.in_flight_count >= client.ready_count:
+                    return
             self._ready[client] = None
             if (self.queue or self.backend.depth) and not self.paused:
                 self.pump()
@@ -422,12 +426,12 @@ class Channel:
         """REQ: back to the queue now (0) or after ``timeout_ms``."""
         msg = self._pop_in_flight(client, msg_id)
         self.requeue_count += 1
-        if self.max_attempts and msg[ATTEMPTS] >= self.max_attempts and self._dead_letter(msg):
+        if self.max_attempts and msg[ATTEMPTS] >= self.max_attempts and dead_letter(self, msg):
             return
         if timeout_ms > 0:
             self._defer(entry(msg), time.monotonic() + timeout_ms / 1000.0)
         else:
-            self._requeue(msg)
+            self._enqueue(entry(msg))  # back at the tail
 
     def touch(self, client: Subscriber, msg_id: bytes) -> None:
         """TOUCH: reset the message's timeout to the client's negotiated
@@ -453,11 +457,6 @@ class Channel:
     def dead_letter_topic(self) -> str | None:
         """Where this channel's dead letters go (None: no valid name)."""
         return dead_letter_topic(self.nsqd.options.dead_letter_topic, self.topic.name, self.name)
-
-    def _dead_letter(self, msg: Message) -> bool:
-        """:func:`~nsq.server.nsqd.delivery.deadletter.dead_letter` of ``msg`` (at
-        its last attempt): True if it went to the dead-letter topic."""
-        return dead_letter(self, msg)
 
     def peek(self, n: int) -> list[Entry]:
         """The next ``n`` messages the channel would deliver, memory first,
@@ -486,8 +485,8 @@ class Channel:
                     del in_flight[msg_id]
                     self.timeout_count += 1
                     msg[CLIENT].timed_out_message()
-                    if not (self.max_attempts and msg[ATTEMPTS] >= self.max_attempts and self._dead_letter(msg)):
-                        self._requeue(msg)
+                    if not (self.max_attempts and msg[ATTEMPTS] >= self.max_attempts and dead_letter(self, msg)):
+                        self._enqueue(entry(msg))  # back at the tail
                     changed = True
         dpq = self._deferred_pq
         deferred = self.deferred

@@ -65,7 +65,7 @@ def dead_letter(channel: Channel, msg: Message) -> bool:
     dead-letter topic (id, body and timestamp kept, attempts 0).
 
     Counted in ``channel.dead_letter_count``; in a topic log it is finished
-    for the channel (``Channel._dead_letter`` calls it).
+    for the channel (``Channel`` calls it on a message's last attempt).
 
     Returns:
         True if it went there; False if it cannot (an invalid topic name,

@@ -29,6 +29,7 @@ from nsq.protocol.errors import (
 )
 from nsq.protocol.message import MSG_FRAME_HDR as _MSG_FRAME_HDR
 from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, HEARTBEAT, OK, encode_frame
+from nsq.server.nsqd.delivery.channel import ChannelError
 from nsq.server.nsqd.delivery.host import TURN_BYTES
 from nsq.server.nsqd.storage.backend import NotReplicated
 from nsq.server.nsqd.tcp.commands import HANDLERS
@@ -159,6 +160,8 @@ class ClientV2(asyncio.Protocol):
             self.transport.pause_reading()
         try:
             if self.codec is None:
+                if len(data) == 21 and self.channel is not None and self._fin_read(data):
+                    return
                 if (self._lane and len(data) <= self.SMALL_READ and self._waiting is None and not self.closed
                         and self._publish_read(data)):
                     return
@@ -307,6 +310,35 @@ class ClientV2(asyncio.Protocol):
             # a bug must cost one connection, never the daemon
             log.exception("[%s] internal error handling a command, closing", self.remote_address)
             self.close()
+        if self._owed:
+            barrier = self.nsqd.durability_barrier()  # --sync-every=1, as in _process
+            if barrier is not None:
+                self._wait_for(barrier)
+        output.flush_now(self, held)
+        return True
+
+    def _fin_read(self, data: bytes) -> bool:
+        """If ``data`` is one ``FIN <id>`` and nothing else, of a message in
+        flight to this client (a RDY 1 worker's FIN, the work queue's
+        request), finish it, refill the client's RDY and write what that
+        delivers now: what :meth:`_process` does for it, without the
+        parser's buffer or the command loop. False (nothing done): ``data``
+        is for the usual path, which also answers a failed FIN."""
+        if (self._waiting is not None or self.closed or self._retry is not None or data[20] != 10
+                or not data.startswith(b"FIN ") or not self.parser.drained):
+            return False
+        channel = self.channel
+        assert channel is not None  # the caller checks
+        try:
+            channel.finish(self, data[4:20])
+        except ChannelError:
+            return False
+        self.finish_count += 1
+        self.in_flight_count -= 1
+        output = self._output
+        held = output.hold()
+        if self.in_flight_count < self.ready_count:
+            channel.client_ready(self)
         if self._owed:
             barrier = self.nsqd.durability_barrier()  # --sync-every=1, as in _process
             if barrier is not None:
