@@ -362,6 +362,10 @@ class BareServer:
         """VmRSS in MiB."""
         return rss_mib(self.proc.pid)
 
+    def create_channel(self, topic: str, channel: str) -> None:
+        """Nothing to do: the bare server's channels are its SUBs (for
+        code written against :class:`NSQD`)."""
+
     def stop(self) -> None:
         terminate(self.proc, 30)
         if self.proc.stdout:
