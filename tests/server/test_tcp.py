@@ -231,6 +231,41 @@ async def test_rdy_1_workers_get_the_next_message_only_after_each_fin(connect, h
     await wait_for(done)
 
 
+@pytest.mark.both_storages
+async def test_rdy_1_workers_take_a_backlog_on_disk_one_per_fin(make_nsqd, tmp_path, session):
+    """With --mem-queue-size=0 the backlog waits in the disk queue (or the
+    topic log): each RDY 1 worker's FIN brings it the next record read, all
+    once, each worker's in order, and nothing is left queued or held."""
+    nsqd = await make_nsqd(data_path=str(tmp_path), mem_queue_size=0)
+    http = HTTP(session, nsqd.http_port)
+    workers = [await Conn.open(nsqd.tcp_port) for _ in range(3)]
+    for w in workers:
+        await w.subscribe("wq", "ch", rdy=0)
+    pub = await Conn.open(nsqd.tcp_port)
+    await pub.send(c.mpub("wq", [b"%03d" % i for i in range(60)]))
+    await pub.expect_ok()
+    assert (await http.channel_stats("wq", "ch"))["depth"] == 60
+    for w in workers:
+        await w.send(c.rdy(1))
+    seen: dict[Conn, list[bytes]] = {w: [] for w in workers}
+    for _ in range(20):
+        for w in workers:
+            msg = await w.read_message()
+            seen[w].append(msg.body)
+            await w.send(c.fin(msg.id))
+    assert sorted(b for bodies in seen.values() for b in bodies) == [b"%03d" % i for i in range(60)]
+    assert all(bodies == sorted(bodies) for bodies in seen.values())
+
+    async def done():
+        ch = await http.channel_stats("wq", "ch")
+        return ch["depth"] == 0 and ch["in_flight_count"] == 0 and \
+            sum(cl["finish_count"] for cl in ch["clients"]) == 60
+
+    await wait_for(done)
+    for conn in (*workers, pub):
+        await conn.aclose()
+
+
 async def test_a_sampling_rdy_1_worker_drains_the_backlog(connect, http: HTTP):
     """A RDY 1 worker sampling 30 % keeps getting messages after one is
     sampled out (it is skipped, its room stays) until the backlog is gone."""

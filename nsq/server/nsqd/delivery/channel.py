@@ -79,8 +79,7 @@ class Channel:
         self.store = store
         self.backend = store.backend
         #: the store's (constant) ``tracks_offsets`` and ``keeps_order``, kept here for the hot path
-        self._tracks = store.tracks_offsets
-        self._ordered = store.keeps_order
+        self._tracks, self._ordered = store.tracks_offsets, store.keeps_order
         self.clients: dict[int, Subscriber] = {}
         self._ready: dict[Subscriber, None] = {}
         self.in_flight: dict[bytes, Message] = {}
@@ -92,9 +91,8 @@ class Channel:
         self._deferred_pq: list[tuple[float, int, Entry]] = []
         #: ids of deferred messages the deferred log could not record
         self._unlogged: set[bytes] = set()
-        self.paused = self.deleted = False
+        self.paused = self.deleted = self._disk_turn = False
         self.armed = False  # the daemon's timeout scan watches this channel
-        self._disk_turn = False
         #: messages read from the store for one turn (fewer for large bodies); of the last read, still queued
         self._turn_reads, self._read_left = 64, 0
         #: durable deferred messages (None: ephemeral or memory-only nsqd)
@@ -361,12 +359,14 @@ class Channel:
         """Called when a client's RDY allows more messages."""
         if (client.in_flight_count < client.ready_count and not client.closing and not client.write_paused
                 and not client.out_full):
-            q = self.queue
-            if (client.ready_count - client.in_flight_count == 1 and q and not self._ready and not self.backend.depth
+            q, depth = self.queue, self.backend.depth
+            if (client.ready_count - client.in_flight_count == 1 and (not q) != (not depth) and not self._ready
                     and not self.paused and not self.nsqd.draining):
-                # room for one, no other client waiting (a work queue's worker after its FIN): pump's next message
+                # room for one, no other client waiting (a worker's FIN): pump's next message (both: pump's turns)
                 self._read_left -= 1
-                self._send(client, [q.popleft()], time.monotonic())
+                batch = [q.popleft()] if q else self._read_backend(1)
+                if batch:
+                    self._send(client, batch, time.monotonic())
                 if client.in_flight_count >= client.ready_count:
                     return
             self._ready[client] = None

@@ -46,6 +46,8 @@ class QueueChannelStore:
     cursor = None
     keeps_order = False
     persist_deferred = True
+    #: who a log line about an undecodable record names (set by :meth:`open`)
+    _subject = "CHANNEL"
 
     def __init__(self, host: QueueHost, backend: BackendQueue) -> None:
         self.host = host
@@ -65,6 +67,7 @@ class QueueChannelStore:
         """Re-arm the deferred messages of the channel's deferred log at
         their original due time (Unix ns in the log, monotonic s in the
         heap); ones already due are released by the next timeout scan."""
+        self._subject = f"CHANNEL({channel.topic.name}:{channel.name})"
         dlog = self._dlog = channel.deferred_log
         if dlog is None:
             return
@@ -134,7 +137,7 @@ class QueueChannelStore:
     def read(self, channel: Channel, n: int) -> list[Entry]:
         """Up to ``n`` messages read (and removed) from the backend; from a
         disk queue, held there until finished (their offset is the token)."""
-        subject = f"CHANNEL({channel.topic.name}:{channel.name})"
+        subject = self._subject
         if self._disk is None:
             return decode_entries(self.backend.read_many(n), subject)
         records, token = self._disk.read_held(n)

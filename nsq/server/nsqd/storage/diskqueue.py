@@ -413,6 +413,8 @@ class DiskQueue(BackendQueue):
         self._remove_retired()
 
     def _remove_retired(self) -> None:
+        if not self._retired:
+            return
         oldest = self.held.oldest()
         keep = oldest[0] if oldest is not None else self.read_file_num
         while self._retired and self._retired[0] < keep:
