@@ -445,10 +445,26 @@ async def test_publishes_one_per_read_are_answered_and_delivered_in_order(connec
     assert producer["pub_counts"] == [{"topic": "t", "count": len(sent)}]
 
 
+async def test_an_mpub_of_30_in_one_read_is_answered_and_delivered_in_order(connect, http: HTTP):
+    """An MPUB of 6 KB (30 x 200 bytes), one read to a topic published to
+    before: OK, every message delivered in order, counted once."""
+    sub = await consumer(connect, "t", "ch")
+    pub = await connect()
+    await pub.publish("t", b"first")
+    bodies = [b"%03d" % i + bytes(197) for i in range(30)]
+    await pub.send(c.mpub("t", bodies))
+    await pub.expect_ok()
+    assert [(await sub.read_message()).body for _ in range(31)] == [b"first", *bodies]
+    assert (await http.channel_stats("t", "ch"))["message_count"] == 31
+
+
 @pytest.mark.parametrize("body, error", [
     (struct.pack(">ii", 8, 1) + struct.pack(">i", 0) * 1, b"E_BAD_MESSAGE MPUB invalid message(0) body size 0"),
     (struct.pack(">ii", 4, 0), b"E_BAD_BODY MPUB invalid message count 0"),
     (struct.pack(">iii", 9, 2, 1) + b"a", b"E_BAD_MESSAGE MPUB failed to read message(1) body size"),
+    # 5 KB: past the small read, within the publish lane's read
+    (struct.pack(">ii", 4 + 25 * 204 + 4, 26) + (struct.pack(">i", 200) + bytes(200)) * 25 + struct.pack(">i", 0),
+     b"E_BAD_MESSAGE MPUB invalid message(25) body size 0"),
 ])
 async def test_bad_mpub_alone_in_a_read_is_fatal_for_that_connection_only(connect, body, error):
     """A bad MPUB to a topic already published to, alone in its read: the

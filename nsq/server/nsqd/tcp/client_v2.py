@@ -162,7 +162,7 @@ class ClientV2(asyncio.Protocol):
             if self.codec is None:
                 if len(data) == 21 and self.channel is not None and self._fin_read(data):
                     return
-                if (self._lane and len(data) <= self.SMALL_READ and self._waiting is None and not self.closed
+                if (self._lane and len(data) <= self.PUBLISH_READ and self._waiting is None and not self.closed
                         and self._publish_read(data)):
                     return
                 self.parser.feed(data)
@@ -223,6 +223,9 @@ class ClientV2(asyncio.Protocol):
     #: for other clients, are written at once instead of at the end of the
     #: loop turn (bytes)
     SMALL_READ = 1024
+    #: a read of at most this many bytes holding one whole PUB or MPUB takes :meth:`_publish_read` (bytes);
+    #: a larger MPUB's deliveries wait for the end of the turn, coalesced with other reads'
+    PUBLISH_READ = 8192
 
     def _process(self, small: bool = False) -> None:
         """Execute every complete command buffered, in order.
@@ -318,12 +321,10 @@ class ClientV2(asyncio.Protocol):
         return True
 
     def _fin_read(self, data: bytes) -> bool:
-        """If ``data`` is one ``FIN <id>`` and nothing else, of a message in
-        flight to this client (a RDY 1 worker's FIN, the work queue's
-        request), finish it, refill the client's RDY and write what that
-        delivers now: what :meth:`_process` does for it, without the
-        parser's buffer or the command loop. False (nothing done): ``data``
-        is for the usual path, which also answers a failed FIN."""
+        """If ``data`` is one ``FIN <id>`` of a message in flight to this client (a work queue's
+        worker), do what :meth:`_process` does for it without the parser's buffer or the command
+        loop: finish it, refill RDY, write at once. False (nothing done): the usual path's (a
+        failed FIN too)."""
         if (self._waiting is not None or self.closed or self._retry is not None or data[20] != 10
                 or not data.startswith(b"FIN ") or not self.parser.drained):
             return False
