@@ -303,8 +303,7 @@ class ClientV2(asyncio.Protocol):
             return True
         if cmd is None:
             return False
-        output = self._output
-        held = output.hold()
+        held = self._output.hold()
         try:
             HANDLERS[cmd[0]](self, cmd)
         except ClientError as exc:
@@ -313,11 +312,7 @@ class ClientV2(asyncio.Protocol):
             # a bug must cost one connection, never the daemon
             log.exception("[%s] internal error handling a command, closing", self.remote_address)
             self.close()
-        if self._owed:
-            barrier = self.nsqd.durability_barrier()  # --sync-every=1, as in _process
-            if barrier is not None:
-                self._wait_for(barrier)
-        output.flush_now(self, held)
+        self._lane_done(held)
         return True
 
     def _fin_read(self, data: bytes) -> bool:
@@ -336,16 +331,20 @@ class ClientV2(asyncio.Protocol):
             return False
         self.finish_count += 1
         self.in_flight_count -= 1
-        output = self._output
-        held = output.hold()
+        held = self._output.hold()
         if self.in_flight_count < self.ready_count:
             channel.client_ready(self)
+        self._lane_done(held)
+        return True
+
+    def _lane_done(self, held: bool) -> None:
+        """The end of a lane's read: a --sync-every=1 fsync the command owes is waited for (as in
+        :meth:`_process`), then what it made is written (:meth:`Output.flush_now`)."""
         if self._owed:
-            barrier = self.nsqd.durability_barrier()  # --sync-every=1, as in _process
+            barrier = self.nsqd.durability_barrier()
             if barrier is not None:
                 self._wait_for(barrier)
-        output.flush_now(self, held)
-        return True
+        self._output.flush_now(self, held)
 
     def pause_writing(self) -> None:
         """The peer does not read fast enough (transport above its high-water
