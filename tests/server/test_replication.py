@@ -6,6 +6,7 @@ real files.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from typing import Any
 
@@ -470,3 +471,34 @@ async def test_spin_before_sleep_counts_the_streams_frames_as_reads(make_nsqd, t
     await wait_for(lambda: head(replica, "t") == 1 and leader.replication.sessions[0].acked.get("t") == 1,
                    timeout=10)
     assert replica.spinner.turns > before[1] and leader.spinner.turns > before[0]
+
+
+async def test_a_copy_from_before_log_ids_of_a_topic_deleted_since_is_dropped(make_nsqd, tmp_path, session) -> None:
+    """A replica's copy written before logs had an id (epochs.json a bare
+    list) cannot be told from the leader's log by id: when the leader holds
+    a tombstone for the topic (deleted, here created again, since) the copy
+    is dropped and copied afresh, never cut back to the new log's length
+    with the old records in it; a pre-id copy of a topic never deleted is
+    kept and takes its leader's id."""
+    leader, replica = await pair(make_nsqd, tmp_path)
+    lh = HTTP(session, leader.http_port)
+    for topic in ("again", "kept"):
+        assert (await lh.post("/mpub", data="\n".join(f"{topic}-old{i}" for i in range(5)), topic=topic))[0] == 200
+    await wait_for(lambda: all(head(replica, t) == 5 for t in ("again", "kept")), timeout=10)
+    epochs = {t: replica.replication.epochs_of(replica.topics[t].store.log) for t in ("again", "kept")}
+    await replica.stop()
+    for topic, history in epochs.items():  # as a release before log ids wrote it
+        with open(os.path.join(replica.data_path, f"{topic}.wal", "epochs.json"), "w") as fh:
+            json.dump(history, fh)
+    assert (await lh.post("/topic/delete", topic="again"))[0] == 200
+    assert (await lh.post("/mpub", data="\n".join(f"new{i}" for i in range(3)), topic="again"))[0] == 200
+    replica = await make_nsqd(data_path=str(tmp_path / "b"), storage="wal", max_bytes_per_file=4096,
+                              replica_of=f"127.0.0.1:{leader.http_port}")
+    await wait_for(lambda: head(replica, "again") == 3 and replica.replication.log_id(replica.topics["again"].store.log)
+                   == leader.replication.log_id(leader.topics["again"].store.log), timeout=10)
+    records, _ = replica.topics["again"].store.log.read(0, 10)
+    assert [r[2] for r in records] == [b"new0", b"new1", b"new2"]
+    assert segments(replica, "again") == segments(leader, "again")
+    await wait_for(lambda: replica.replication.log_id(replica.topics["kept"].store.log)
+                   == leader.replication.log_id(leader.topics["kept"].store.log), timeout=10)
+    assert head(replica, "kept") == 5 and segments(replica, "kept") == segments(leader, "kept")

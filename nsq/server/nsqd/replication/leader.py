@@ -273,7 +273,9 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
                             request.remote, name)
             continue
         tlog = topic.store.log
-        if log_id and repl.log_id(tlog) and log_id != repl.log_id(tlog):
+        mine = repl.log_id(tlog)
+        # another log (deleted, created again), or a copy from before log ids of a topic deleted since
+        if mine and (log_id != mine if log_id else name in repl.deleted):
             drop.append(name)
             continue
         cut = divergence(repl.epochs_of(tlog), tlog.head, epochs, head)
