@@ -29,10 +29,9 @@ from nsq.protocol.errors import (
 )
 from nsq.protocol.message import MSG_FRAME_HDR as _MSG_FRAME_HDR
 from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, HEARTBEAT, OK, encode_frame
-from nsq.server.nsqd.delivery.channel import ChannelError
 from nsq.server.nsqd.delivery.host import TURN_BYTES
 from nsq.server.nsqd.storage.backend import NotReplicated
-from nsq.server.nsqd.tcp.commands import HANDLERS
+from nsq.server.nsqd.tcp.commands import HANDLERS, fin
 from nsq.server.nsqd.tcp.features import Features, Suspend
 from nsq.server.nsqd.tcp.identify import Negotiated, initial
 
@@ -280,11 +279,7 @@ class ClientV2(asyncio.Protocol):
             if parser.drained:
                 break  # nothing more buffered: spare the call that says so
         if self.freed:
-            # FIN/REQ freed RDY slots: refill them in one batch per read,
-            # not one pump per FIN
-            self.freed = False
-            if self.channel is not None and self.in_flight_count < self.ready_count and not self.closed:
-                self.channel.client_ready(self)
+            self._refill()
         if small:
             output.flush_now(self, held)
         else:
@@ -318,24 +313,27 @@ class ClientV2(asyncio.Protocol):
     def _fin_read(self, data: bytes) -> bool:
         """If ``data`` is one ``FIN <id>`` of a message in flight to this client (a work queue's
         worker), do what :meth:`_process` does for it without the parser's buffer or the command
-        loop: finish it, refill RDY, write at once. False (nothing done): the usual path's (a
-        failed FIN too)."""
+        loop: finish it (:func:`~nsq.server.nsqd.tcp.commands.fin`), refill RDY, write at once.
+        False (nothing done): ``data`` is for the usual path."""
         if (self._waiting is not None or self.closed or self._retry is not None or data[20] != 10
                 or not data.startswith(b"FIN ") or not self.parser.drained):
             return False
-        channel = self.channel
-        assert channel is not None  # the caller checks
-        try:
-            channel.finish(self, data[4:20])
-        except ChannelError:
-            return False
-        self.finish_count += 1
-        self.in_flight_count -= 1
         held = self._output.hold()
-        if self.in_flight_count < self.ready_count:
-            channel.client_ready(self)
+        try:
+            fin(self, (v2.CMD_FIN, data[4:20]))
+        except ClientError as exc:
+            self.client_error(exc)  # E_FIN_FAILED, not fatal: as from the command loop
+        if self.freed:
+            self._refill()
         self._lane_done(held)
         return True
+
+    def _refill(self) -> None:
+        """FIN/REQ freed RDY slots (:attr:`freed`): refill them in one
+        batch per read, not one pump per FIN."""
+        self.freed = False
+        if self.channel is not None and self.in_flight_count < self.ready_count and not self.closed:
+            self.channel.client_ready(self)
 
     def _lane_done(self, held: bool) -> None:
         """The end of a lane's read: a --sync-every=1 fsync the command owes is waited for (as in
