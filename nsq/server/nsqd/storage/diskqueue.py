@@ -360,9 +360,15 @@ class DiskQueue(BackendQueue):
         records and the batch's token (-1 when nothing was read)."""
         if self._synced_releases:
             self._take_synced_releases()
-        # held before reading: a file read to its end meanwhile is kept
-        token = self.held.take(self.read_file_num, self.read_pos)
-        records = self.read_many(n)
+        num, pos = self.read_file_num, self.read_pos
+        records: list[bytes] = []
+        if self._rfd_num == num:  # whole records read ahead: no read() for them
+            self._take_buffered(records, n)
+            if len(records) == n:
+                return records, self.held.take(num, pos, n)
+        # held before reading on: a file read to its end meanwhile is kept
+        token = self.held.take(num, pos)
+        records += self.read_many(n - len(records))
         self.held.count(token, len(records))
         if not records:
             self._remove_retired()

@@ -63,6 +63,9 @@ def decode_entries(records: list[bytes], subject: str = "", offset: int = NO_OFF
     record that does not decode is skipped with a log line naming
     ``subject`` (``TOPIC(t)``)."""
     # the usual case, none too short to fail: decode_message's layout inline (no object per record)
+    if len(records) == 1 and len(r := records[0]) >= MIN_MESSAGE_LENGTH:  # a RDY 1 worker's read
+        ts, attempts = _MSG_HDR.unpack_from(r)
+        return [(r[10:26], r[26:], ts, attempts, 0, offset)]
     if records and min(map(len, records)) >= MIN_MESSAGE_LENGTH:
         unpack = _MSG_HDR.unpack_from
         return [(r[10:26], r[26:], ts, attempts, 0, offset) for r in records for ts, attempts in (unpack(r),)]

@@ -63,13 +63,15 @@ class HeldReads:
     def release(self, token: int) -> bool:
         """One record of batch ``token`` is finished (or stored again
         elsewhere). True if the oldest position moved."""
-        batch = self._batches.get(token)
+        batches = self._batches
+        batch = batches.get(token)
         if batch is None:
             return False
-        batch[3] -= 1
-        if batch[3] > 0 or token != next(iter(self._batches)):
+        left = batch[3] = batch[3] - 1
+        if left > 0 or token != next(iter(batches)):
             return False
-        batches = self._batches
+        batches.popitem(last=False)
+        self.records -= batch[2]
         while batches:
             first = next(iter(batches.values()))
             if first[3] > 0:
