@@ -334,15 +334,18 @@ def rss_mib(pid: int) -> float:
 class BareServer:
     """``scripts/bench-ceiling --serve PORT`` (the bare V2 framing server, one
     event loop) as a subprocess on a free port; ``deliver_published`` adds
-    ``--deliver-published``. Its address is ``tcp``."""
+    ``--deliver-published``, ``tls`` (certificate file, key file) offers
+    TLS. Its address is ``tcp``."""
 
-    def __init__(self, size: int = 200, deliver_published: bool = False) -> None:
+    def __init__(self, size: int = 200, deliver_published: bool = False, tls: tuple[str, str] | None = None) -> None:
         port = free_port()
         self.tcp = f"127.0.0.1:{port}"
         argv = [sys.executable, os.path.join(ROOT, "scripts", "bench-ceiling"), "--serve", str(port),
                 "--size", str(size)]
         if deliver_published:
             argv.append("--deliver-published")
+        if tls is not None:
+            argv += ["--tls-cert", tls[0], "--tls-key", tls[1]]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         if self.proc.stdout.readline().strip() != "ready":
             self.stop()
