@@ -259,3 +259,40 @@ async def test_sample_rate_delivers_about_that_share(make_nsqd):
     # Go keeps a message when rand(100) <= rate: 31% expected; 2000 draws: sd ~21
     assert 0.25 * n < len(got) < 0.37 * n, len(got)
     assert len(set(got)) == len(got)
+
+
+@pytest.mark.parametrize("features", [{"snappy": True}, {"deflate": True}])
+async def test_compressed_mpub_answered_before_its_deliveries(make_nsqd, monkeypatch, features):
+    """On a compressed connection a large MPUB's OK is written before the
+    messages it delivered (their compression waits for the end of the turn)."""
+    from nsq.server.nsqd.tcp.client_v2 import ClientV2
+
+    nsqd = await make_nsqd()
+    writes: list[ClientV2] = []
+    real = ClientV2.flush
+
+    def flush(self: ClientV2) -> None:
+        if self.out and self._waiting is None:
+            writes.append(self)
+        real(self)
+
+    got: list[bytes] = []
+    c = Consumer("order", "c", lambda m: got.append(m.body), [nsqd.tcp_address], max_in_flight=500,
+                 identify=features)
+    await c.start()
+    async with Producer(nsqd.tcp_address, features) as p:
+        await p.publish("order", b"warm")
+        deadline = asyncio.get_running_loop().time() + 10
+        while not got and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        consumer = next(cl for cl in nsqd.clients.values() if cl.channel is not None)
+        monkeypatch.setattr(ClientV2, "flush", flush)
+        bodies = [b"%04d" % i + b"x" * 300 for i in range(100)]  # 30 KB: past the publish lane
+        await p.multi_publish("order", bodies)
+        while len(got) < 101 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+    await c.close()
+    assert got[1:] == bodies
+    assert consumer in writes
+    producer = next(w for w in writes if w is not consumer)
+    assert writes.index(producer) < writes.index(consumer)

@@ -22,11 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from nsq._internal.addresses import fmt_addr
 from nsq.protocol import v2
 from nsq.protocol.compression import Codec, CompressionError
-from nsq.protocol.errors import (
-    E_INVALID,
-    E_PUB_FAILED,
-    ClientError,
-)
+from nsq.protocol.errors import E_INVALID, E_PUB_FAILED, ClientError
 from nsq.protocol.message import MSG_FRAME_HDR as _MSG_FRAME_HDR
 from nsq.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, HEARTBEAT, OK, encode_frame
 from nsq.server.nsqd.delivery.host import TURN_BYTES
@@ -232,7 +228,8 @@ class ClientV2(asyncio.Protocol):
         Output is written at the end of the event-loop turn, coalesced, or
         at once after a ``small`` read (latency over batching: Go writes
         every response as it is made and messages when nothing else is
-        pending, ``protocol_v2.go`` ``Send`` and ``messagePump``).
+        pending, ``protocol_v2.go`` ``Send`` and ``messagePump``); a TLS or
+        compressed connection's answers at once too, before its deliveries.
         """
         parser = self.parser
         handlers = HANDLERS
@@ -282,6 +279,9 @@ class ClientV2(asyncio.Protocol):
             self._refill()
         if small:
             output.flush_now(self, held)
+        elif (self.out and (self.codec is not None or self.features.tls) and self.parser.drained and not self.dirty
+              and not self.closed and self._waiting is None):
+            self.flush()  # the OK first: the turn's end encrypts/compresses the deliveries it made
         else:
             self._mark_dirty()
 
