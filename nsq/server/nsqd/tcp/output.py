@@ -38,7 +38,9 @@ class Output:
 
     Attributes:
         pending: connections to write, in the order their output became
-            pending (messages a PUB delivered go out before its ``OK``).
+            pending (messages a PUB delivered go out before its ``OK``,
+            unless its connection is TLS or compressed:
+            ``ClientV2._process`` writes that ``OK`` first).
         scheduled: a write of :attr:`pending` is due (a loop callback, or
             a small read's :meth:`flush_now`).
     """
