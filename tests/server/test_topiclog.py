@@ -84,6 +84,28 @@ def test_small_reads_of_uneven_records_read_what_one_pass_reads(tmp_path, n):
     tlog.close()
 
 
+def test_one_record_reads_between_appends_and_after_a_cut_read_what_is_on_disk(tmp_path):
+    # a small read's bytes serve the next one-record reads: never past what was on disk then, and
+    # never after a replica's copy was cut back and written again
+    from nsq.server.nsqd.storage.replicalog import ReplicaLog
+
+    tlog = ReplicaLog("t", str(tmp_path / "t.wal"), max_bytes_per_file=1 << 20, sync_every=100)
+    tlog.append(_records(10))
+    got = []
+    for i in range(10):
+        records, _ = tlog.read(i, 1)
+        got.append(records[0][2])
+        tlog.append(_records(1, start=10 + i))  # one more after each read
+    assert got == [b"x" * 40 + b"%d" % i for i in range(10)]
+    assert [r[2] for r in _read_all(tlog, 10, n=1)] == [b"x" * 40 + b"%d" % i for i in range(10, 20)]
+    assert tlog.read(3, 1)[0][0][2] == b"x" * 40 + b"3"  # its bytes run past offset 5
+    assert tlog.truncate_to(5) == 15
+    tlog.append(_records(5, start=5, body=b"x" * 40 + b"new"))
+    assert [tlog.read(i, 1)[0][0][2] for i in range(4, 10)] == [b"x" * 40 + b"4"] + [
+        b"x" * 40 + b"new%d" % i for i in range(5, 10)]
+    tlog.close()
+
+
 def test_a_record_is_the_message_plus_twelve_bytes(tmp_path):
     tlog = TopicLog("t", str(tmp_path / "t.wal"), 1 << 20, 100)
     body = b"b" * 200

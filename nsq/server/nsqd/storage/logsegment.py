@@ -24,7 +24,8 @@ from nsq.protocol.message import MIN_MESSAGE_LENGTH
 log = logging.getLogger("nsq.nsqd")
 
 __all__ = ["LogRecord", "Segment", "encode_record", "encode_batch", "parse_record", "read_ended", "segment_name",
-           "FRAME", "HEAD", "SEGMENT_SUFFIX", "CHUNK", "INDEX_EVERY", "READ_ENDS"]
+           "FRAME", "HEAD", "SEGMENT_SUFFIX", "CHUNK", "INDEX_EVERY", "READ_ENDS",
+           "LAST_READ_MAX"]
 
 #: size, crc32 of the payload
 FRAME = struct.Struct(">II")
@@ -37,6 +38,8 @@ CHUNK = 1 << 20
 INDEX_EVERY = 256
 #: read ends a log keeps (:func:`read_ended`): one per sequential reader (a channel, a replica)
 READ_ENDS = 1024
+#: a read's bytes up to this size are kept for the next reads (a RDY 1 worker's one record each)
+LAST_READ_MAX = 64 << 10
 
 #: a record read back: (offset, id, body, timestamp, attempts, defer ms)
 LogRecord = tuple[int, bytes, bytes, int, int, int]

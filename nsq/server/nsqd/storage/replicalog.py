@@ -56,6 +56,7 @@ class ReplicaLog(TopicLog):
                     self.name, base, self.first, self.head)
         self._close_files()
         self._read_ends.clear()
+        self._last_read = None  # its bytes may be cut
         for seg in self._segments:
             try:
                 os.remove(seg.path)
@@ -84,6 +85,7 @@ class ReplicaLog(TopicLog):
         offset = max(offset, self.first)
         cut = self.head - offset
         self._read_ends.clear()
+        self._last_read = None  # its bytes may be cut
         while len(self._segments) > 1 and self._bases[-1] >= offset and self._bases[-1] > self.first:
             seg = self._segments.pop()
             self._bases.pop()

@@ -56,8 +56,9 @@ from concurrent.futures import Future
 from nsq.protocol.message import MIN_MESSAGE_LENGTH
 from nsq.server.nsqd.storage.atomicfile import fsync_dir, write_all
 from nsq.server.nsqd.storage.backend import BackendFull
-from nsq.server.nsqd.storage.logsegment import (CHUNK, FRAME, HEAD, INDEX_EVERY, SEGMENT_SUFFIX, LogRecord, Segment,
-                                                 encode_batch, encode_record, parse_record, read_ended, segment_name)
+from nsq.server.nsqd.storage.logsegment import (CHUNK, FRAME, HEAD, INDEX_EVERY, LAST_READ_MAX, SEGMENT_SUFFIX, LogRecord,
+                                                 Segment, encode_batch, encode_record, parse_record, read_ended,
+                                                 segment_name)
 from nsq.server.nsqd.storage.syncpolicy import AppendFile
 
 __all__ = ["TopicLog", "LogRecord", "encode_record", "encode_batch"]
@@ -102,6 +103,7 @@ class TopicLog(AppendFile):
         self.on_append: Callable[[TopicLog, bytes | memoryview, int, int], None] | None = None
         #: offset -> (segment base, byte position) where a read ended (:func:`read_ended`)
         self._read_ends: dict[int, tuple[int, int]] = {}
+        self._last_read: tuple[Segment, int, bytes] | None = None  # a small read's (segment, position, bytes)
         #: directories whose new entries (the log's directory, a segment)
         #: are not known to be durable yet: synced before the next append
         self._unsynced_dirs: list[str] = []
@@ -428,17 +430,22 @@ class TopicLog(AppendFile):
         pos = self._position(seg, offset)
         if pos >= seg.size:
             return [], seg_end  # the rest of this segment was damaged
-        fd = seg.read_fd()
-        want = min(max_bytes, seg.size - pos)
-        if seg.count:  # about n records' bytes (a 1 MiB pread for 64 records cost more than parsing them)
-            want = min(want, max(4096, n * (seg.size // seg.count + 1) * 5 // 4))
-        buf = os.pread(fd, want, pos)
-        if len(buf) >= 8:
-            first_size = 8 + FRAME.unpack_from(buf, 0)[0]
-            if len(buf) < first_size <= seg.size - pos:
-                buf = os.pread(fd, first_size, pos)  # one record bigger than max_bytes
+        last = self._last_read
+        if (last is not None and last[0] is seg and 0 <= (rel := pos - last[1]) <= len(last[2]) - 8
+                and rel + 8 + FRAME.unpack_from(last[2], rel)[0] <= len(last[2])):
+            bpos, buf = last[1], last[2]  # the first record is whole in the last read's bytes: no pread
+        else:
+            want = min(max_bytes, seg.size - pos)
+            if seg.count:  # about n records' bytes (a 1 MiB pread for 64 records cost more than parsing them)
+                want = min(want, max(4096, n * (seg.size // seg.count + 1) * 5 // 4))
+            buf = os.pread(seg.read_fd(), want, pos)
+            if len(buf) >= 8:
+                first_size = 8 + FRAME.unpack_from(buf, 0)[0]
+                if len(buf) < first_size <= seg.size - pos:
+                    buf = os.pread(seg.read_fd(), first_size, pos)  # one record bigger than max_bytes
+            bpos, rel = pos, 0
+            self._last_read = (seg, pos, buf) if len(buf) <= LAST_READ_MAX else None
         out: list[LogRecord] = []
-        rel = 0
         end = len(buf)
         unpack_head = HEAD.unpack_from
         while len(out) < n:
@@ -446,7 +453,7 @@ class TopicLog(AppendFile):
             if parsed is None:
                 have = end - rel
                 need = 8 if have < 8 else 8 + FRAME.unpack_from(buf, rel)[0]
-                on_disk = pos + rel + need <= seg.size
+                on_disk = bpos + rel + need <= seg.size
                 if have < need and on_disk and (have < 8 or need >= 8 + 4 + MIN_MESSAGE_LENGTH):
                     break  # whole on disk, past this read: the next read gets it
                 if out:
@@ -460,7 +467,7 @@ class TopicLog(AppendFile):
             offset += 1
             rel = stop
         if out:
-            read_ended(self._read_ends, offset, seg.base, pos + rel)
+            read_ended(self._read_ends, offset, seg.base, bpos + rel)
         return out, offset
 
     def read_raw(self, offset: int, max_bytes: int = CHUNK) -> tuple[bytes, int, int]:
