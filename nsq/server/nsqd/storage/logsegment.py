@@ -38,8 +38,8 @@ CHUNK = 1 << 20
 INDEX_EVERY = 256
 #: read ends a log keeps (:func:`read_ended`): one per sequential reader (a channel, a replica)
 READ_ENDS = 1024
-#: a read's bytes up to this size are kept for the next reads (a RDY 1 worker's one record each)
-LAST_READ_MAX = 64 << 10
+#: a one-record read's bytes up to this size are kept for the next reads (a RDY 1 worker's; one per log)
+LAST_READ_MAX = 16 << 10
 
 #: a record read back: (offset, id, body, timestamp, attempts, defer ms)
 LogRecord = tuple[int, bytes, bytes, int, int, int]

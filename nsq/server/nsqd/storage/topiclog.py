@@ -444,7 +444,7 @@ class TopicLog(AppendFile):
                 if len(buf) < first_size <= seg.size - pos:
                     buf = os.pread(seg.read_fd(), first_size, pos)  # one record bigger than max_bytes
             bpos, rel = pos, 0
-            self._last_read = (seg, pos, buf) if len(buf) <= LAST_READ_MAX else None
+            self._last_read = (seg, pos, buf) if n == 1 and len(buf) <= LAST_READ_MAX else None
         out: list[LogRecord] = []
         end = len(buf)
         unpack_head = HEAD.unpack_from
