@@ -229,7 +229,7 @@ class ClientV2(asyncio.Protocol):
         at once after a ``small`` read (latency over batching: Go writes
         every response as it is made and messages when nothing else is
         pending, ``protocol_v2.go`` ``Send`` and ``messagePump``); a TLS or
-        compressed connection's answers at once too, before its deliveries.
+        compressed connection's output at once too, before other deliveries.
         """
         parser = self.parser
         handlers = HANDLERS
@@ -281,7 +281,7 @@ class ClientV2(asyncio.Protocol):
             output.flush_now(self, held)
         elif (self.out and (self.codec is not None or self.features.tls) and self.parser.drained and not self.dirty
               and not self.closed and self._waiting is None):
-            self.flush()  # the OK first: the turn's end encrypts/compresses the deliveries it made
+            self.flush()  # its OK (a refill) now: the turn's end encrypts/compresses all deliveries
         else:
             self._mark_dirty()
 
