@@ -27,6 +27,11 @@ log = logging.getLogger("nsq.nsqd")
 class ReplicaLog(TopicLog):
     """A topic log a leader's records are copied into (see the module docstring)."""
 
+    def _forget_reads(self) -> None:
+        """Where reads ended and the last read's bytes no longer hold: the copy is cut or restarts."""
+        self._read_ends.clear()
+        self._last_read = None
+
     def append_copy(self, data: bytes | memoryview, count: int, segment_base: int) -> int:
         """Append ``count`` records (checked by the caller) that the
         leader holds in its segment starting at ``segment_base``: a new
@@ -55,8 +60,7 @@ class ReplicaLog(TopicLog):
         log.warning("TOPIC(%s): copy restarts at the leader's first retained offset %d (it had %d to %d)",
                     self.name, base, self.first, self.head)
         self._close_files()
-        self._read_ends.clear()
-        self._last_read = None  # its bytes may be cut
+        self._forget_reads()
         for seg in self._segments:
             try:
                 os.remove(seg.path)
@@ -84,8 +88,7 @@ class ReplicaLog(TopicLog):
             return 0
         offset = max(offset, self.first)
         cut = self.head - offset
-        self._read_ends.clear()
-        self._last_read = None  # its bytes may be cut
+        self._forget_reads()
         while len(self._segments) > 1 and self._bases[-1] >= offset and self._bases[-1] > self.first:
             seg = self._segments.pop()
             self._bases.pop()
