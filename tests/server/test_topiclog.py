@@ -201,6 +201,61 @@ def test_a_full_disk_refuses_the_append_and_keeps_the_log_whole(tmp_path, monkey
     assert [r[0] for r in _read_all(tlog)] == list(range(8))
 
 
+def test_a_roll_fsyncs_the_full_segment_in_the_disk_thread(tmp_path, monkeypatch):
+    """A roll does not wait for the full segment's fsync (a whole file's
+    writeback): the disk thread does it, ``synced`` moves once it is done,
+    and when it fails the next sync fails, inline or in the disk thread."""
+    import errno
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nsq.server.nsqd.storage import syncpolicy
+
+    disk = ThreadPoolExecutor(max_workers=1)
+    gate = threading.Event()
+    try:
+        disk.submit(gate.wait)  # the disk thread is busy
+        tlog = TopicLog("t", str(tmp_path / "t.wal"), max_bytes_per_file=4000, sync_every=10**6)
+        tlog.background = disk.submit
+        for rec in _records(60):
+            tlog.append([rec])
+        full = list(tlog.segments())[1][0]
+        assert 0 < full < 60
+        assert tlog.synced == 0  # the roll did not fsync inline
+        gate.set()
+        disk.submit(lambda: None).result()  # the disk thread's jobs run in order
+        assert tlog.synced == full
+
+        fsync = os.fsync
+        fail = {"left": 0}
+
+        def flaky_fsync(fd: int) -> None:
+            if fail["left"]:
+                fail["left"] -= 1
+                raise OSError(errno.EIO, "Input/output error")
+            fsync(fd)
+
+        monkeypatch.setattr(syncpolicy.os, "fsync", flaky_fsync)
+        for kind in ("inline", "disk thread"):
+            fail["left"] = 1  # the next roll's fsync fails
+            before = len(list(tlog.segments()))
+            while len(list(tlog.segments())) == before:
+                tlog.append(_records(1, tlog.head))
+            if kind == "inline":
+                with pytest.raises(OSError):
+                    tlog.sync()
+                tlog.sync()  # once
+            else:
+                fut = tlog.sync_in_background()
+                assert fut is not None
+                with pytest.raises(OSError):
+                    fut.result()
+        tlog.close()
+    finally:
+        gate.set()
+        disk.shutdown()
+
+
 # -- the range set ----------------------------------------------------------------------
 
 

@@ -108,6 +108,9 @@ class AppendFile:
         #: a background fsync was started since the last inline one: it
         #: may not have finished, so an inline sync must not count on it
         self._unconfirmed = False
+        #: disk-thread fsyncs of files closed by a roll (:meth:`_sync_rolled`)
+        #: that no sync has covered yet: the next sync fails if one failed
+        self._rolled: list[Future[None]] = []
 
     def _sync_fd(self) -> int | None:
         """The open fd to fsync, or None."""
@@ -144,7 +147,8 @@ class AppendFile:
             OSError: the fsync failed.
         """
         fd = self._sync_fd()
-        if self._lost:
+        rolled, self._rolled = self._rolled, []
+        if self._lost or any(map(_failed, rolled)):  # waits for a rolled file's fsync still running
             self._lost = False
             raise OSError(errno.EIO, "the writes before a roll were not synced")
         if fd is not None and (self._dirty or self._unconfirmed):
@@ -177,6 +181,7 @@ class AppendFile:
         self._unconfirmed = True
         gen = self._file_gen
         lost, self._lost = self._lost, False
+        rolled, self._rolled = self._rolled, []  # done when this job runs: one disk thread, in order
 
         def failed(exc: OSError) -> None:
             self._dirty = True
@@ -184,4 +189,38 @@ class AppendFile:
             self._sync_failed(exc)
             log.error("%s: failed to sync - %s", self.subject, exc)
 
-        return fsync_dup(fd, self.background, failed, lambda: lost or self._failed_gen == gen)
+        return fsync_dup(fd, self.background, failed,
+                         lambda: lost or self._failed_gen == gen or any(map(_failed, rolled)))
+
+    def _sync_rolled(self, fd: int) -> Future[None]:
+        """fsync ``fd``, the file a roll is closing, in the disk thread
+        (inline without one), so the event loop does not wait for a whole
+        file's writeback (up to ``--max-bytes-per-file``; Go's diskqueue
+        syncs it in its own goroutine, ``ioLoop``). A failure is logged,
+        and the next sync fails.
+
+        Returns:
+            Its future (``fd`` may be closed at once).
+        """
+        def failed(exc: OSError) -> None:
+            log.error("%s: failed to sync a full segment - %s", self.subject, exc)
+
+        if self.background is not None:
+            fut = fsync_dup(fd, self.background, failed)
+            self._rolled.append(fut)
+            return fut
+        fut = Future()
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            failed(exc)
+            self._lost = True
+            fut.set_exception(exc)
+        else:
+            fut.set_result(None)
+        return fut
+
+
+def _failed(fut: Future[None]) -> bool:
+    """True if a disk-thread fsync failed or never ran (waits for it)."""
+    return fut.cancelled() or fut.exception() is not None
