@@ -10,6 +10,13 @@ The window restarts at every read and the spinning stops when it lapses,
 so an idle daemon uses no CPU; a daemon that gets a request more often
 than once per window keeps one core busy.
 
+Spinning only pays while a core is idle: on a machine whose cores are all
+busy it takes CPU from the clients and the rest of the daemon's work. So a
+window starts only when the kernel's count of runnable tasks
+(``/proc/loadavg``, read at most every 20 ms) is below the number of CPUs,
+as Go's scheduler spins only while a processor is idle (runtime/proc.go,
+``findRunnable``).
+
 The kernel's own busy polling (``SO_BUSY_POLL``, ``net.core.busy_poll``)
 needs a NIC driver with NAPI busy-poll support and does nothing for
 loopback; this works on any socket. Measured in docs/benchmarks.md.
@@ -18,8 +25,17 @@ loopback; this works on any socket. Measured in docs/benchmarks.md.
 from __future__ import annotations
 
 import asyncio
+import os
 
-__all__ = ["Spinner"]
+__all__ = ["Spinner", "runnable_tasks"]
+
+_LOADAVG = "/proc/loadavg"
+
+
+def runnable_tasks(fd: int) -> int:
+    """Tasks runnable now, machine-wide (``/proc/loadavg``'s fourth field,
+    ``running/total``), read from ``fd`` (an open ``/proc/loadavg``)."""
+    return int(os.pread(fd, 128, 0).split()[3].split(b"/", 1)[0])
 
 
 class Spinner:
@@ -32,9 +48,12 @@ class Spinner:
         turns: loop turns spent spinning (for tests and benchmarks).
     """
 
-    __slots__ = ("_loop", "_until", "running", "turns", "window")
+    __slots__ = ("_loop", "_until", "running", "turns", "window", "_fd", "_cpus", "_checked", "_idle_cpu")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, window: float) -> None:
+    #: how often the runnable count is read (s)
+    CHECK_EVERY = 0.02
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, window: float, when_idle_cpu: bool = True) -> None:
         if window <= 0:
             raise ValueError(f"spin window must be positive, not {window!r}")
         self._loop = loop
@@ -42,18 +61,46 @@ class Spinner:
         self._until = 0.0
         self.running = False
         self.turns = 0
+        self._fd = -1
+        if when_idle_cpu:
+            try:
+                self._fd = os.open(_LOADAVG, os.O_RDONLY | os.O_CLOEXEC)
+                runnable_tasks(self._fd)
+            except (OSError, ValueError, IndexError):  # no /proc (not Linux): spin always
+                self._fd = -1
+        self._cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self._checked = -1.0
+        self._idle_cpu = True
 
     def touch(self, now: float) -> None:
         """A read happened at ``now`` (``loop.time()``, s): poll until
-        ``now + window``."""
+        ``now + window``, if a core is idle."""
         self._until = now + self.window
-        if not self.running:
-            self.running = True
-            self._loop.call_soon(self._spin)
+        if not self.running and (self._fd < 0 or now - self._checked < self.CHECK_EVERY or self._check(now)):
+            if self._idle_cpu:
+                self.running = True
+                self._loop.call_soon(self._spin)
+
+    def _check(self, now: float) -> bool:
+        """Read the runnable count: True (and spin) while a core is idle."""
+        self._checked = now
+        try:
+            self._idle_cpu = runnable_tasks(self._fd) < self._cpus  # this thread is one of them
+        except (OSError, ValueError, IndexError):
+            self._idle_cpu = True
+        return self._idle_cpu
+
+    def close(self) -> None:
+        """Stop reading ``/proc/loadavg``: from then on every read starts a
+        window, as without the idle-core gate (idempotent)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def _spin(self) -> None:
         self.turns += 1
-        if self._loop.time() < self._until:
+        now = self._loop.time()
+        if now < self._until and (self._fd < 0 or now - self._checked < self.CHECK_EVERY or self._check(now)):
             self._loop.call_soon(self._spin)  # a ready callback: the next poll does not block
         else:
             self.running = False

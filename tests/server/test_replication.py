@@ -464,6 +464,8 @@ async def test_spin_before_sleep_counts_the_streams_frames_as_reads(make_nsqd, t
     leader = await make_nsqd(data_path=str(tmp_path / "a"), storage="wal", spin_before_sleep=0.2)
     replica = await make_nsqd(data_path=str(tmp_path / "b"), storage="wal", spin_before_sleep=0.2,
                               replica_of=f"127.0.0.1:{leader.http_port}")
+    leader.spinner.close()  # a window at every read, whatever else this machine runs
+    replica.spinner.close()
     await wait_for(lambda: leader.replication.sessions, timeout=10)
     await wait_for(lambda: not leader.spinner.running and not replica.spinner.running, timeout=10)
     before = leader.spinner.turns, replica.spinner.turns

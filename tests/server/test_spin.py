@@ -4,6 +4,9 @@ window after each read, and stops when it lapses (nsq/server/spin.py)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -15,7 +18,7 @@ from .helpers import Conn, c
 
 async def test_spinner_polls_for_its_window_then_stops():
     loop = asyncio.get_running_loop()
-    spinner = Spinner(loop, 0.02)
+    spinner = Spinner(loop, 0.02, when_idle_cpu=False)
     spinner.touch(loop.time())
     await asyncio.sleep(0.005)
     assert spinner.running
@@ -30,7 +33,7 @@ async def test_spinner_polls_for_its_window_then_stops():
 
 async def test_each_touch_restarts_the_window():
     loop = asyncio.get_running_loop()
-    spinner = Spinner(loop, 0.5)
+    spinner = Spinner(loop, 0.5, when_idle_cpu=False)
     for _ in range(4):
         touched = loop.time()
         spinner.touch(touched)
@@ -41,6 +44,35 @@ async def test_each_touch_restarts_the_window():
     while spinner.running:  # it lapses once nobody touches it
         assert loop.time() < deadline, "still spinning 10 s after the last touch"
         await asyncio.sleep(0.02)
+
+
+async def test_no_window_while_every_core_is_busy():
+    """With as many busy processes as cores, a read starts no window (the
+    spinning would take a core from them); once they stop, it does."""
+    loop = asyncio.get_running_loop()
+    spinner = Spinner(loop, 0.5)
+    cores = len(os.sched_getaffinity(0))
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        deadline = loop.time() + 30
+        while True:  # the burners are running: the next read after a check starts nothing
+            await asyncio.sleep(Spinner.CHECK_EVERY)
+            spinner.touch(loop.time())
+            if not spinner.running:
+                break
+            assert loop.time() < deadline, "spinning while every core is busy"
+            while spinner.running:
+                await asyncio.sleep(0.05)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    deadline = loop.time() + 30
+    while not spinner.running:  # this test's process alone (a loaded machine may take a while)
+        assert loop.time() < deadline, "no window with the cores idle again"
+        await asyncio.sleep(Spinner.CHECK_EVERY)
+        spinner.touch(loop.time())
+    spinner.close()
 
 
 def test_spinner_needs_a_positive_window():
@@ -57,6 +89,7 @@ def test_spin_before_sleep_bounds(value):
 async def test_nsqd_with_spin_before_sleep_serves_and_goes_idle(make_nsqd):
     d = await make_nsqd(spin_before_sleep=0.2)
     assert d.spinner is not None
+    d.spinner.close()  # a window at every read, whatever else this machine runs
     sub = await Conn.open(d.tcp_port)
     pub = await Conn.open(d.tcp_port)
     try:

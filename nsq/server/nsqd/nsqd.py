@@ -283,6 +283,8 @@ class NSQD:
 
             GC_PAUSES.release()
             self._gc_pauses_held = False
+        if self.spinner is not None:
+            self.spinner.close()
         current = asyncio.current_task()
         for task in list(self._background):
             if task is not current:

@@ -170,7 +170,8 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
                "instead of sleeping, so a request that "
                "follows within it is answered without the kernel's wake-up (e.g. 50us: lower latency for "
                "request/response producers, at the cost of CPU: a daemon busier than once per window keeps a "
-               "core spinning); default 0s: off, as Go nsqd"),
+               "core spinning, but only while a core is idle: fewer runnable tasks than CPUs in /proc/loadavg); "
+               "default 0s: off, as Go nsqd"),
     OptionSpec("drain-timeout", "drain_timeout", "duration",
                "on SIGTERM/SIGINT or POST /drain: unregister from lookupd, stop accepting connections and "
                "publishes, stop delivering, and wait up to this long for messages in flight to be finished "
