@@ -76,18 +76,19 @@ class Spinner:
         """A read happened at ``now`` (``loop.time()``, s): poll until
         ``now + window``, if a core is idle."""
         self._until = now + self.window
-        if not self.running and (self._fd < 0 or now - self._checked < self.CHECK_EVERY or self._check(now)):
-            if self._idle_cpu:
-                self.running = True
-                self._loop.call_soon(self._spin)
+        if not self.running and self._core_idle(now):
+            self.running = True
+            self._loop.call_soon(self._spin)
 
-    def _check(self, now: float) -> bool:
-        """Read the runnable count: True (and spin) while a core is idle."""
-        self._checked = now
-        try:
-            self._idle_cpu = runnable_tasks(self._fd) < self._cpus  # this thread is one of them
-        except (OSError, ValueError, IndexError):
-            self._idle_cpu = True
+    def _core_idle(self, now: float) -> bool:
+        """True while a core is idle: the runnable count, read again when
+        the last reading is ``CHECK_EVERY`` old (always True without the gate)."""
+        if self._fd >= 0 and now - self._checked >= self.CHECK_EVERY:
+            self._checked = now
+            try:
+                self._idle_cpu = runnable_tasks(self._fd) < self._cpus  # this thread is one of them
+            except (OSError, ValueError, IndexError):
+                self._idle_cpu = True
         return self._idle_cpu
 
     def close(self) -> None:
@@ -96,11 +97,12 @@ class Spinner:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        self._idle_cpu = True
 
     def _spin(self) -> None:
         self.turns += 1
         now = self._loop.time()
-        if now < self._until and (self._fd < 0 or now - self._checked < self.CHECK_EVERY or self._check(now)):
+        if now < self._until and self._core_idle(now):
             self._loop.call_soon(self._spin)  # a ready callback: the next poll does not block
         else:
             self.running = False
