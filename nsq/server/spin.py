@@ -34,13 +34,23 @@ _LOADAVG = "/proc/loadavg"
 
 def runnable_tasks(fd: int) -> int:
     """Tasks runnable now, machine-wide (``/proc/loadavg``'s fourth field,
-    ``running/total``), read from ``fd`` (an open ``/proc/loadavg``)."""
+    ``running/total``; proc(5)), read from ``fd`` (an open ``/proc/loadavg``).
+
+    Raises:
+        OSError: ``fd`` cannot be read.
+        ValueError, IndexError: the text is not ``/proc/loadavg``'s.
+    """
     return int(os.pread(fd, 128, 0).split()[3].split(b"/", 1)[0])
 
 
 class Spinner:
     """Keeps ``loop`` polling for ``window`` seconds after the last
-    :meth:`touch`.
+    :meth:`touch`; with ``when_idle_cpu`` (the default) only while fewer
+    tasks are runnable than the machine has CPUs (:func:`runnable_tasks`;
+    without ``/proc``, always).
+
+    Raises:
+        ValueError: ``window`` is not positive.
 
     Attributes:
         window: how long to keep polling after a read (s, > 0).
@@ -67,8 +77,8 @@ class Spinner:
                 self._fd = os.open(_LOADAVG, os.O_RDONLY | os.O_CLOEXEC)
                 runnable_tasks(self._fd)
             except (OSError, ValueError, IndexError):  # no /proc (not Linux): spin always
-                self._fd = -1
-        self._cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+                self.close()
+        self._cpus = os.cpu_count() or 1  # the machine's, as the runnable count is
         self._checked = -1.0
         self._idle_cpu = True
 

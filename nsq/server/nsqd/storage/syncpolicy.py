@@ -55,7 +55,12 @@ def fsync_dup(fd: int, background: Callable[[Callable[[], None]], Future[None]],
     executor's ``submit``): the file may be closed meanwhile. ``failed``
     runs in that thread with the error before the future fails with it; if
     ``broken()`` says an earlier fsync of the file failed, it fails at once
-    (``EIO``) without a new fsync, whose success would mean nothing."""
+    (``EIO``) without a new fsync, whose success would mean nothing.
+
+    Raises:
+        OSError: no fd for the dup.
+        RuntimeError: the executor has shut down (nothing submitted).
+    """
     dup = os.dup(fd)
 
     def work() -> None:
@@ -69,7 +74,11 @@ def fsync_dup(fd: int, background: Callable[[Callable[[], None]], Future[None]],
         finally:
             os.close(dup)
 
-    return background(work)
+    try:
+        return background(work)
+    except BaseException:  # not submitted (the disk thread has stopped): the dup is not leaked
+        os.close(dup)
+        raise
 
 
 class AppendFile:
@@ -206,9 +215,13 @@ class AppendFile:
             log.error("%s: failed to sync a full segment - %s", self.subject, exc)
 
         if self.background is not None:
-            fut = fsync_dup(fd, self.background, failed)
-            self._rolled.append(fut)
-            return fut
+            try:
+                fut = fsync_dup(fd, self.background, failed)
+            except (OSError, RuntimeError):  # no fd for the dup, or the disk thread has stopped: inline
+                pass
+            else:
+                self._rolled.append(fut)
+                return fut
         fut = Future()
         try:
             os.fsync(fd)
