@@ -234,9 +234,9 @@ class LogCluster:
                          fresh: bool = False) -> None:
         """Make the progress channel exist on every nsqd in ``offsets``, at
         that offset: a missing one is created (the topic first, if the nsqd
-        lacks it) at the oldest retained message and committed up to its
-        offset, which is where ``/stats`` then shows it and below which
-        retention may delete. With ``fresh`` (a new query) an existing
+        lacks it) at its offset, or the oldest retained message if that is
+        gone, in one ``POST /channel/create?offset=``; ``/stats`` shows it
+        there from the start and retention may delete below it. With ``fresh`` (a new query) an existing
         channel ahead of its offset is rewound to it. Failures are logged:
         the next call tries again."""
         todo = {a: o for a, o in offsets.items()
@@ -250,15 +250,18 @@ class LogCluster:
             if state.channel_offset is None:
                 if not state.exists:
                     await nsqd.post(address, "/topic/create", topic=topic)
-                await nsqd.post(address, "/channel/create", topic=topic, channel=channel, start="earliest")
+                # made at its offset in one request: /stats never shows it behind
+                await nsqd.post(address, "/channel/create", topic=topic, channel=channel, offset=str(offset),
+                                clamp="true")
                 log.info("nsq offsets source: created channel %s/%s on %s at offset %d", topic, channel, address,
                          offset)
-            elif state.channel_offset > offset:
-                await nsqd.post(address, "/channel/rewind", topic=topic, channel=channel, offset=str(offset),
-                                clamp="true")
-            if offset > 0:
-                await nsqd.post(address, "/channel/commit", topic=topic, channel=channel, offset=str(offset),
-                                clamp="true")
+            else:
+                if state.channel_offset > offset:
+                    await nsqd.post(address, "/channel/rewind", topic=topic, channel=channel, offset=str(offset),
+                                    clamp="true")
+                if offset > 0:
+                    await nsqd.post(address, "/channel/commit", topic=topic, channel=channel, offset=str(offset),
+                                    clamp="true")
             self.committed[address] = offset
 
         self._each(todo, one, "prepare the progress channel")
@@ -276,8 +279,8 @@ class LogCluster:
             topic, channel, offset = self.topic, self.channel, str(todo[address])
             if not await nsqd.post(address, "/channel/commit", ok_404=True, topic=topic, channel=channel,
                                    offset=offset):
-                await nsqd.post(address, "/channel/create", topic=topic, channel=channel, start="earliest")
-                await nsqd.post(address, "/channel/commit", topic=topic, channel=channel, offset=offset)
+                await nsqd.post(address, "/channel/create", topic=topic, channel=channel, offset=offset,
+                                clamp="true")
             self.committed[address] = todo[address]
 
         self._each(todo, one, "commit")
