@@ -107,6 +107,38 @@ async def test_pages_from_memory_and_from_the_files_copy_the_same_bytes(make_nsq
     assert segments(replica, "u") == segments(leader, "u")
 
 
+async def test_with_replica_acks_an_append_goes_onto_the_stream_in_its_own_turn(make_nsqd, tmp_path, session,
+                                                                              monkeypatch) -> None:
+    """With ``--replica-acks``, an append the replica is level with is
+    written to the stream by the append itself (no sender turn in
+    between); one that is not (the sender still has pages to send, from
+    the kept appends or the files) waits for the sender. Either way the
+    copy ends the same."""
+    from nsq.server.nsqd.replication import leader as sender
+
+    monkeypatch.setattr(sender, "TAIL", 5000)
+    monkeypatch.setattr(sender, "PAGE", 2500)
+    leader, replica = await pair(make_nsqd, tmp_path, replica_acks=1)
+    lh = HTTP(session, leader.http_port)
+    assert (await lh.post("/pub", data="first", topic="t"))[0] == 200  # the replica knows the topic, level with it
+    sess = leader.replication.sessions[0]
+    topic = leader.topics["t"]
+    topic.publish([b"direct-%d" % i for i in range(5)])
+    assert sess.sent["t"] == head(leader, "t") == 6  # on the stream already, in this turn
+    sess.sent["t"] = 3  # as if the sender were behind: the next append leaves it to the sender
+    topic.publish([b"queued"])
+    assert sess.sent["t"] == 3 and "t" in sess.dirty
+    sess.sent["t"] = 6
+    for i in range(30):  # concurrent MPUBs to two topics, some larger than PAGE
+        body = "\n".join(f"m{i}-{j}-" + "y" * 50 for j in range(30 if i % 8 == 7 else 10))
+        await asyncio.gather(*(lh.post("/mpub", data=body, topic=t) for t in ("t", "t", "u")))
+    await wait_for(lambda: head(replica, "t") == head(leader, "t") and head(replica, "u") == head(leader, "u"),
+                   timeout=10)
+    assert head(leader, "t") > 600
+    assert segments(replica, "t") == segments(leader, "t")
+    assert segments(replica, "u") == segments(leader, "u")
+
+
 async def test_replica_refuses_publish_and_subscribe(make_nsqd, tmp_path, session) -> None:
     leader, replica = await pair(make_nsqd, tmp_path)
     lh, rh = HTTP(session, leader.http_port), HTTP(session, replica.http_port)

@@ -68,14 +68,31 @@ class Session:
         #: per topic, its log and the appends not sent yet: (first offset, end offset, segment base, records)
         self._tails: dict[str, tuple[TopicLog, deque[tuple[int, int, int, bytes]]]] = {}
         self._tail_bytes = 0
+        #: the stream's transport once the sender runs, for :meth:`appended`'s direct sends
+        self.transport: Any = None
+        #: send an append at once when the replica is level with it (``--replica-acks`` >= 1)
+        self.direct = False
 
     def appended(self, tlog: TopicLog, data: bytes | memoryview, first: int, segment_base: int) -> None:
         """``tlog`` appended ``data`` (framed records, as written) from
         offset ``first`` (to its head) in its segment starting at
-        ``segment_base``: kept for the sender, which then sends them without
-        reading them back (up to :data:`TAIL` bytes; past it, all are
-        dropped and the sender reads the files)."""
-        self.dirty.add(tlog.name)
+        ``segment_base``. With :attr:`direct` (publishes wait for the
+        replicas), an append the replica is level with (the next thing it
+        needs, nothing queued before it) goes onto the stream at once, as
+        one frame: the replica starts on it while this loop turn goes on,
+        instead of a turn later. Otherwise it is kept for the sender, which
+        then sends it without reading it back (up to :data:`TAIL` bytes;
+        past it, all are dropped and the sender reads the files)."""
+        name = tlog.name
+        transport = self.transport
+        if (self.direct and transport is not None and self.sent.get(name) == first and name not in self.dirty
+                and not transport.is_closing() and transport.get_write_buffer_size() <= HIGH_WATER):
+            head = tlog.head
+            transport.writelines(records_frame(name, first, segment_base, head - first, head,
+                                                [data if type(data) is bytes else bytes(data)]))
+            self.sent[name] = head
+            return
+        self.dirty.add(name)
         got = self._tails.get(tlog.name)
         if got is None or got[0] is not tlog:  # a topic deleted and made again: its own log
             got = self._tails[tlog.name] = (tlog, deque())
@@ -336,6 +353,7 @@ async def _send(ws: web.WebSocketResponse, transport: Any, nsqd: ReplicationHost
     or read, never joined), between whole frames of aiohttp's own writer.
     """
     interval = max(0.05, nsqd.options.sync_timeout)
+    sess.transport, sess.direct = transport, bool(repl.acks.n)
     next_state = 0.0
     shape: dict[str, set[str]] | None = None
     loop = asyncio.get_running_loop()
@@ -370,8 +388,10 @@ async def _send(ws: web.WebSocketResponse, transport: Any, nsqd: ReplicationHost
                         break
                     transport.writelines(records_frame(name, off, base, count, tlog.head, chunks))
                     off += count
+                    sess.sent[name] = off
                     while transport.get_write_buffer_size() > HIGH_WATER and not ws.closed:
                         await asyncio.sleep(0.01)  # a replica slower than the log grows
+                    off = max(off, sess.sent[name])  # appends sent directly meanwhile
                 sess.sent[name] = off
             if ws.closed or nsqd.exiting:
                 break
