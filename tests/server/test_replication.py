@@ -139,6 +139,31 @@ async def test_with_replica_acks_an_append_goes_onto_the_stream_in_its_own_turn(
     assert segments(replica, "u") == segments(leader, "u")
 
 
+@pytest.mark.parametrize("acks", [0, 1])
+async def test_a_topic_deleted_and_made_again_while_followed_is_copied_from_its_start(make_nsqd, tmp_path, session,
+                                                                                     acks) -> None:
+    """A topic deleted on the leader and published to again, with the
+    replica connected throughout: the replica drops its old copy and copies
+    the new log from offset 0, whether or not a state message came between
+    the delete and the new records."""
+    leader, replica = await pair(make_nsqd, tmp_path, replica_acks=acks)
+    lh = HTTP(session, leader.http_port)
+    assert (await lh.post("/mpub", data="\n".join(f"a{i}" for i in range(50)), topic="t"))[0] == 200
+    await wait_for(lambda: head(replica, "t") == 50, timeout=10)
+    assert (await lh.post("/topic/delete", topic="t"))[0] == 200
+    await wait_for(lambda: "t" not in replica.topics, timeout=10)  # a state message in between
+    assert (await lh.post("/mpub", data="\n".join(f"b{i}" for i in range(10)), topic="t"))[0] == 200
+    await wait_for(lambda: head(replica, "t") == 10, timeout=10)
+    assert segments(replica, "t") == segments(leader, "t")
+    # deleted and made again at once: no state message in between
+    assert (await lh.post("/topic/delete", topic="t"))[0] == 200
+    assert (await lh.post("/mpub", data="\n".join(f"c{i}-" + "z" * 30 for i in range(20)), topic="t"))[0] == 200
+    await wait_for(lambda: head(replica, "t") == 20, timeout=10)
+    await asyncio.sleep(0.2)  # nothing more arrives (an old record would make it 30 or more)
+    assert head(replica, "t") == 20
+    assert segments(replica, "t") == segments(leader, "t")
+
+
 async def test_replica_refuses_publish_and_subscribe(make_nsqd, tmp_path, session) -> None:
     leader, replica = await pair(make_nsqd, tmp_path)
     lh, rh = HTTP(session, leader.http_port), HTTP(session, replica.http_port)

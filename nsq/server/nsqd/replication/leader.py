@@ -62,6 +62,8 @@ class Session:
         self.address = address
         self.acked: dict[str, int] = {}
         self.sent: dict[str, int] = {}
+        #: per topic, the log :attr:`sent` counts in (a topic deleted and made again has a new one)
+        self.logs: dict[str, TopicLog] = {}
         self.dirty: set[str] = set()
         self.changed = False
         self.waiter: asyncio.Future[None] | None = None
@@ -85,7 +87,8 @@ class Session:
         past it, all are dropped and the sender reads the files)."""
         name = tlog.name
         transport = self.transport
-        if (self.direct and transport is not None and self.sent.get(name) == first and name not in self.dirty
+        if (self.direct and transport is not None and self.sent.get(name) == first and self.logs.get(name) is tlog
+                and name not in self.dirty
                 and not transport.is_closing() and transport.get_write_buffer_size() <= HIGH_WATER):
             head = tlog.head
             transport.writelines(records_frame(name, first, segment_base, head - first, head,
@@ -299,6 +302,7 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
         if cut < head:
             cuts[name] = cut
         sess.sent[name] = cut
+        sess.logs[name] = tlog
     await ws.send_json({"type": "hello", "version": VERSION, "epoch": repl.epoch, "cluster": repl.cluster,
                         "node_id": nsqd.options.node_id, "cut": cuts, "drop": drop})
     await ws.send_json(leader_state(nsqd, repl))
@@ -365,10 +369,16 @@ async def _send(ws: web.WebSocketResponse, transport: Any, nsqd: ReplicationHost
                 topics = _wal_topics(nsqd)
                 now_shape = _shape(topics)
                 state = leader_state(nsqd, repl)
-                if shape is not None:
-                    state["deleted_topics"] = sorted(set(shape) - set(now_shape))
-                    state["deleted_channels"] = {n: sorted(cs - now_shape[n]) for n, cs in shape.items()
-                                                 if n in now_shape and cs - now_shape[n]}
+                # a topic deleted and made again since the replica's copy began: a new log, copied from
+                # its start once the replica has dropped the old copy (this state message tells it to)
+                remade = {n for n, t in topics.items() if sess.logs.get(n, t.store.log) is not t.store.log}
+                for n in remade | (set(sess.logs) - set(topics)):
+                    sess.sent.pop(n, None)
+                    sess.logs.pop(n, None)
+                before = shape or {}
+                state["deleted_topics"] = sorted((set(before) - set(now_shape)) | remade)
+                state["deleted_channels"] = {n: sorted(cs - now_shape[n]) for n, cs in before.items()
+                                             if n in now_shape and n not in remade and cs - now_shape[n]}
                 shape = now_shape
                 next_state = now + interval
                 await ws.send_str(json.dumps(state))
@@ -380,6 +390,9 @@ async def _send(ws: web.WebSocketResponse, transport: Any, nsqd: ReplicationHost
                 topic = nsqd.topics.get(name)
                 tlog = getattr(topic.store, "log", None) if topic is not None and not topic.ephemeral else None
                 if tlog is None or topic is None or topic.deleted:
+                    continue
+                if sess.logs.setdefault(name, tlog) is not tlog:  # made again: the state message first
+                    sess.changed = True
                     continue
                 off = max(sess.sent.get(name, tlog.first), tlog.first)
                 while off < tlog.head and not ws.closed:
