@@ -532,6 +532,31 @@ async def test_spin_before_sleep_counts_the_streams_frames_as_reads(make_nsqd, t
     assert replica.spinner.turns > before[1] and leader.spinner.turns > before[0]
 
 
+@pytest.mark.parametrize("acks", [0, 1])
+async def test_a_replica_of_a_leader_waiting_for_acks_polls_after_each_page(make_nsqd, tmp_path, session,
+                                                                           acks) -> None:
+    """Without --spin-before-sleep, a replica polls for the next page after
+    each one only when the leader's publishes wait for replicas."""
+    leader, replica = await pair(make_nsqd, tmp_path, replica_acks=acks)
+    assert replica.spinner is None
+    follower = replica.replication.follower
+    assert follower is not None
+    await wait_for(lambda: follower.connected, timeout=10)
+    assert (await HTTP(session, leader.http_port).post("/pub", data="x", topic="t"))[0] == 200
+    await wait_for(lambda: head(replica, "t") == 1, timeout=10)
+    if not acks:
+        assert follower.spinner is None
+        return
+    spinner = follower.spinner
+    assert spinner is not None
+    spinner.close()  # a window at every page, whatever else this machine runs
+    await wait_for(lambda: not spinner.running, timeout=10)
+    before = spinner.turns
+    assert (await HTTP(session, leader.http_port).post("/pub", data="y", topic="t"))[0] == 200
+    await wait_for(lambda: head(replica, "t") == 2, timeout=10)
+    await wait_for(lambda: spinner.turns > before, timeout=10)
+
+
 async def test_a_copy_from_before_log_ids_of_a_topic_deleted_since_is_dropped(make_nsqd, tmp_path, session) -> None:
     """A replica's copy written before logs had an id (epochs.json a bare
     list) cannot be told from the leader's log by id: when the leader holds

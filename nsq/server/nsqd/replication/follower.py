@@ -7,7 +7,10 @@ the copies of topics the leader deleted meanwhile, cuts what the leader
 says diverged, then writes every page of records it is sent into
 the topic's copy (:meth:`ReplicaTopicStore.copy`, checked record by record
 first) and acknowledges its head: after the fsync with ``--sync-every=1``,
-after the write otherwise (the replica's own sync policy). State messages
+after the write otherwise (the replica's own sync policy); following a
+leader with ``--replica-acks`` >= 1, it polls for the next page for
+:data:`ACKED_SPIN` after each before it sleeps (a wake-up less on the
+publish's round trip). State messages
 create and delete topics and channels, and copy pause, retention, epoch
 history and each channel's checkpoint. Garbage, a truncated page or a
 leader that goes away mid-page cost a log line and a reconnect, never a
@@ -28,6 +31,7 @@ from nsq.protocol.names import is_valid_channel_name, is_valid_topic_name
 from nsq.server.nsqd.replication.wire import VERSION, WireError, decode_records, encode_ack
 from nsq.server.nsqd.storage.backend import BackendFull
 from nsq.server.nsqd.storage.replicalog import ReplicaLog
+from nsq.server.spin import Spinner
 
 if TYPE_CHECKING:
     from nsq.server.nsqd.delivery.replicastore import ReplicaTopicStore
@@ -37,6 +41,11 @@ if TYPE_CHECKING:
 __all__ = ["Follower"]
 
 log = logging.getLogger("nsq.nsqd")
+
+#: following a leader whose publishes wait for replicas (``--replica-acks`` >= 1) and
+#: without ``--spin-before-sleep``: how long (s) the loop polls for the next page after
+#: each one before it sleeps, while a core is idle (:class:`~nsq.server.spin.Spinner`)
+ACKED_SPIN = 0.0005
 
 
 class ReplicationError(Exception):
@@ -59,6 +68,8 @@ class Follower:
         self.leader_heads: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
+        #: the stream's own poller while following a leader with --replica-acks >= 1 (:data:`ACKED_SPIN`)
+        self.spinner: Spinner | None = None
 
     def start(self) -> None:
         """Start following (a task on the running loop; reconnects until :meth:`stop`)."""
@@ -175,17 +186,28 @@ class Follower:
                 copy.truncate_to(int(offset))
         self.connected = True
         log.info("REPLICA: following %s (epoch %d)", self.leader, epoch)
-        spinner, loop = self.nsqd.spinner, asyncio.get_running_loop()
-        async for msg in ws:
-            if msg.type == aiohttp.WSMsgType.BINARY:
-                if spinner is not None:  # --spin-before-sleep: a page is a read (the next comes sooner)
-                    spinner.touch(loop.time())
-                name, head = self._records(msg.data)
-                await self._ack(ws, name, head)
-            elif msg.type == aiohttp.WSMsgType.TEXT:
-                self._state(json.loads(msg.data))
-            elif msg.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSE):
-                raise ReplicationError(f"the leader closed the stream ({msg.type.name})")
+        loop = asyncio.get_running_loop()
+        own = None
+        if int(hello.get("acks") or 0) >= 1 and self.nsqd.spinner is None:
+            # the leader's publishers wait for this node's acks: poll for the next page a moment
+            # before sleeping, where a core is idle (nsq.server.spin)
+            own = self.spinner = Spinner(loop, ACKED_SPIN)
+        spinner = self.nsqd.spinner or own
+        try:
+            async for msg in ws:
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    if spinner is not None:  # a page is a read (the next comes sooner)
+                        spinner.touch(loop.time())
+                    name, head = self._records(msg.data)
+                    await self._ack(ws, name, head)
+                elif msg.type == aiohttp.WSMsgType.TEXT:
+                    self._state(json.loads(msg.data))
+                elif msg.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSE):
+                    raise ReplicationError(f"the leader closed the stream ({msg.type.name})")
+        finally:
+            if own is not None:
+                own.close()
+                self.spinner = None
 
     # -- records -----------------------------------------------------------------------
 

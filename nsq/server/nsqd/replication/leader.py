@@ -304,7 +304,7 @@ async def stream_handler(request: web.Request, nsqd: ReplicationHost, repl: Repl
         sess.sent[name] = cut
         sess.logs[name] = tlog
     await ws.send_json({"type": "hello", "version": VERSION, "epoch": repl.epoch, "cluster": repl.cluster,
-                        "node_id": nsqd.options.node_id, "cut": cuts, "drop": drop})
+                        "node_id": nsqd.options.node_id, "cut": cuts, "drop": drop, "acks": repl.acks.n})
     await ws.send_json(leader_state(nsqd, repl))
     repl.sessions.append(sess)
     repl.watch()
