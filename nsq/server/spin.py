@@ -58,7 +58,8 @@ class Spinner:
         turns: loop turns spent spinning (for tests and benchmarks).
     """
 
-    __slots__ = ("_loop", "_until", "running", "turns", "window", "_fd", "_cpus", "_checked", "_idle_cpu")
+    __slots__ = ("_loop", "_until", "running", "turns", "window", "_fd", "_cpus", "_checked", "_idle_cpu",
+                 "_last", "_last_at", "_shared_until")
 
     #: how often the runnable count is read (s)
     CHECK_EVERY = 0.02
@@ -81,6 +82,9 @@ class Spinner:
         self._cpus = os.cpu_count() or 1  # the machine's, as the runnable count is
         self._checked = -1.0
         self._idle_cpu = True
+        self._last: object = None
+        self._last_at = -1.0
+        self._shared_until = -1.0
 
     def touch(self, now: float) -> None:
         """A read happened at ``now`` (``loop.time()``, s): poll until
@@ -89,6 +93,25 @@ class Spinner:
         if not self.running and self._core_idle(now):
             self.running = True
             self._loop.call_soon(self._spin)
+
+    #: how long (s) after one source's request another source's counts as "at the same time"
+    SHARED = 0.001
+
+    def touch_alone(self, source: object, now: float) -> None:
+        """As :meth:`touch`, for a request from ``source`` (a connection),
+        but only while ``source`` is alone: a request from another source
+        within :attr:`SHARED` s of the last one stops the windows for
+        :attr:`SHARED` s. A lone producer that waits for each answer
+        (PUB, ``OK``, PUB) has its next request read at once; several
+        producers keep the loop awake for each other, and spinning
+        between them costs CPU without saving a wake-up."""
+        if source is not self._last:
+            if now - self._last_at < self.SHARED:
+                self._shared_until = now + self.SHARED
+            self._last = source
+        self._last_at = now
+        if now >= self._shared_until:
+            self.touch(now)
 
     def _core_idle(self, now: float) -> bool:
         """True while a core is idle: the runnable count, read again when

@@ -115,3 +115,53 @@ async def test_nsqd_without_the_flag_has_no_spinner(make_nsqd):
         await conn.expect_nothing(0.05)
     finally:
         await conn.aclose()
+
+
+class _Recording(Spinner):
+    """A Spinner that records the windows :meth:`Spinner.touch_alone` starts."""
+
+    __slots__ = ("touched",)
+
+    def touch(self, now: float) -> None:
+        self.touched.append(now)
+
+
+async def test_touch_alone_starts_windows_only_for_a_lone_source():
+    spinner = _Recording(asyncio.get_running_loop(), 10e-6, when_idle_cpu=False)
+    spinner.touched = []
+    a, b = object(), object()
+    spinner.touch_alone(a, 1.0)
+    spinner.touch_alone(a, 1.0002)  # the same producer again: still alone
+    assert spinner.touched == [1.0, 1.0002]
+    spinner.touch_alone(b, 1.0004)  # another producer within 1 ms: shared, no window
+    spinner.touch_alone(a, 1.0006)
+    spinner.touch_alone(a, 1.0012)  # within 1 ms of the last sharing
+    assert spinner.touched == [1.0, 1.0002]
+    spinner.touch_alone(a, 1.0030)  # 1 ms of only this producer: alone again
+    assert spinner.touched == [1.0, 1.0002, 1.0030]
+    spinner.touch_alone(b, 1.0100)  # another producer, but long after: alone too
+    assert spinner.touched[-1] == 1.0100
+
+
+async def test_a_lone_producers_pub_starts_a_window_and_an_mpub_does_not(make_nsqd):
+    d = await make_nsqd()
+    assert d.spinner is None and d.pub_spinner is not None
+    d.pub_spinner.close()  # a window at every lone PUB, whatever else this machine runs
+    conn = await Conn.open(d.tcp_port)
+    try:
+        await conn.send(c.mpub("t", [b"a", b"b"]))
+        await conn.expect_ok()
+        assert d.pub_spinner.turns == 0
+        for i in range(5):
+            before = d.pub_spinner.turns
+            await conn.publish("t", b"m%d" % i)
+            assert d.pub_spinner.turns > before  # this PUB's read started a window (one turn at least)
+    finally:
+        await conn.aclose()
+
+
+async def test_spin_after_lone_pub_off(make_nsqd):
+    d = await make_nsqd(spin_after_lone_pub=0)
+    assert d.pub_spinner is None
+    with pytest.raises(ConfigError, match="--spin-after-lone-pub"):
+        validate(NSQDOptions(spin_after_lone_pub=2))

@@ -84,6 +84,8 @@ class NSQD:
         self.output = Output()
         #: --spin-before-sleep: keeps the loop polling after each read (None: off)
         self.spinner: Spinner | None = None
+        #: --spin-after-lone-pub (without --spin-before-sleep): polls after a lone producer's PUB (None: off)
+        self.pub_spinner: Spinner | None = None
         #: channels with in-flight or deferred deadlines (the scan visits only these)
         self._armed: set[Channel] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -155,6 +157,8 @@ class NSQD:
         self.output.loop = self._loop
         if self.options.spin_before_sleep > 0:
             self.spinner = Spinner(self._loop, self.options.spin_before_sleep)
+        elif self.options.spin_after_lone_pub > 0:
+            self.pub_spinner = Spinner(self._loop, self.options.spin_after_lone_pub)
         self._stopped = asyncio.Event()
         self.start_time = int(time.time())
         self._setup_tls()
@@ -285,6 +289,8 @@ class NSQD:
             self._gc_pauses_held = False
         if self.spinner is not None:
             self.spinner.close()
+        if self.pub_spinner is not None:
+            self.pub_spinner.close()
         current = asyncio.current_task()
         for task in list(self._background):
             if task is not current:

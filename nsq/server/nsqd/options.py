@@ -83,6 +83,9 @@ class NSQDOptions:
     # beyond Go: keep the event loop polling this long after each read
     # instead of sleeping (s; 0: off, nsq/server/spin.py)
     spin_before_sleep: float = 0.0
+    # beyond Go: without --spin-before-sleep, a lone producer's PUB keeps
+    # the loop polling this long (s; 0: off, nsq/server/spin.py)
+    spin_after_lone_pub: float = 10e-6
     # beyond Go: server-side give-up (0 = off, as Go)
     max_attempts: int = 0
     dead_letter_topic: str = "{topic}.{channel}.dead"
@@ -172,6 +175,10 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
                "request/response producers, at the cost of CPU: a daemon busier than once per window keeps a "
                "core spinning, but only while a core is idle: fewer runnable tasks than CPUs in /proc/loadavg); "
                "default 0s: off, as Go nsqd"),
+    OptionSpec("spin-after-lone-pub", "spin_after_lone_pub", "duration",
+               "without --spin-before-sleep: keep polling this long after a PUB from a producer that is the "
+               "only one publishing (no other connection's PUB within the last 1ms), so its next PUB is read "
+               "without the kernel's wake-up; only while a core is idle, as --spin-before-sleep (0s: off)"),
     OptionSpec("drain-timeout", "drain_timeout", "duration",
                "on SIGTERM/SIGINT or POST /drain: unregister from lookupd, stop accepting connections and "
                "publishes, stop delivering, and wait up to this long for messages in flight to be finished "
@@ -291,6 +298,8 @@ def validate(opts: NSQDOptions) -> None:
         raise ConfigError("--replica-timeout must be positive")
     if not 0 <= opts.spin_before_sleep <= 1:
         raise ConfigError(f"--spin-before-sleep must be in [0s, 1s], got {opts.spin_before_sleep}s")
+    if not 0 <= opts.spin_after_lone_pub <= 1:
+        raise ConfigError(f"--spin-after-lone-pub must be in [0s, 1s], got {opts.spin_after_lone_pub}s")
     if opts.max_attempts < 0 or opts.max_attempts > 65535:
         raise ConfigError(f"--max-attempts must be in [0, 65535], got {opts.max_attempts}")
     if opts.statsd_address:

@@ -175,6 +175,7 @@ class DaemonHost(QueueHost, Protocol):
         output: the connections' write scheduling
             (:class:`~nsq.server.nsqd.tcp.output.Output`).
         spinner: ``--spin-before-sleep``'s poller, or None.
+        pub_spinner: ``--spin-after-lone-pub``'s poller, or None.
         settings: the channels' own settings (``max_attempts``).
         health: ``OK`` or the last disk error.
         exiting: True once stopping.
@@ -190,6 +191,7 @@ class DaemonHost(QueueHost, Protocol):
     limits: Limits
     output: Any
     spinner: Any
+    pub_spinner: Any
     settings: ChannelSettings
     health: str
     exiting: bool

@@ -102,6 +102,7 @@ class ClientV2(asyncio.Protocol):
         #: the daemon's output writer (coalesced per loop turn)
         self._output = nsqd.output
         self._spinner = nsqd.spinner
+        self._pub_spinner = nsqd.pub_spinner
         #: a read holding one PUB/MPUB may skip the command buffer (no
         #: TLS-first policy, no AUTH: nothing to check before it runs)
         self._lane = not self._tls_policy and not self.auth_enabled
@@ -298,6 +299,8 @@ class ClientV2(asyncio.Protocol):
             return True
         if cmd is None:
             return False
+        if cmd[0] == v2.CMD_PUB and self._pub_spinner is not None:
+            self._pub_spinner.touch_alone(self, self.last_recv)
         held = self._output.hold()
         try:
             HANDLERS[cmd[0]](self, cmd)
