@@ -82,7 +82,7 @@ class Spinner:
         self._cpus = os.cpu_count() or 1  # the machine's, as the runnable count is
         self._checked = -1.0
         self._idle_cpu = True
-        self._last: object = None
+        self._last = 0
         self._last_at = -1.0
         self._shared_until = -1.0
 
@@ -105,10 +105,11 @@ class Spinner:
         (PUB, ``OK``, PUB) has its next request read at once; several
         producers keep the loop awake for each other, and spinning
         between them costs CPU without saving a wake-up."""
-        if source is not self._last:
+        key = id(source)  # not the object: a closed connection is not kept alive by it
+        if key != self._last:
             if now - self._last_at < self.SHARED:
                 self._shared_until = now + self.SHARED
-            self._last = source
+            self._last = key
         self._last_at = now
         if now >= self._shared_until:
             self.touch(now)
