@@ -17,6 +17,11 @@ window starts only when the kernel's count of runnable tasks
 as Go's scheduler spins only while a processor is idle (runtime/proc.go,
 ``findRunnable``).
 
+Without a window after every read, :meth:`Spinner.touch_alone` starts one
+only for a request from a lone source: nsqd's ``--spin-after-lone-pub``
+(on by default) for the PUB of the only producer publishing, which waits
+for its ``OK`` before the next PUB.
+
 The kernel's own busy polling (``SO_BUSY_POLL``, ``net.core.busy_poll``)
 needs a NIC driver with NAPI busy-poll support and does nothing for
 loopback; this works on any socket. Measured in docs/benchmarks.md.

@@ -178,7 +178,8 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     OptionSpec("spin-after-lone-pub", "spin_after_lone_pub", "duration",
                "without --spin-before-sleep: keep polling this long after a PUB from a producer that is the "
                "only one publishing (no other connection's PUB within the last 1ms), so its next PUB is read "
-               "without the kernel's wake-up; only while a core is idle, as --spin-before-sleep (0s: off)"),
+               "without the kernel's wake-up (a PUB read whole on a connection without TLS, compression or "
+               "AUTH); only while a core is idle, as --spin-before-sleep (0s: off)"),
     OptionSpec("drain-timeout", "drain_timeout", "duration",
                "on SIGTERM/SIGINT or POST /drain: unregister from lookupd, stop accepting connections and "
                "publishes, stop delivering, and wait up to this long for messages in flight to be finished "

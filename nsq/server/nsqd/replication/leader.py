@@ -86,20 +86,20 @@ class Session:
         then sends it without reading it back (up to :data:`TAIL` bytes;
         past it, all are dropped and the sender reads the files)."""
         name = tlog.name
+        raw = data if type(data) is bytes else bytes(data)  # a view's buffer may be reused after this call
         transport = self.transport
         if (self.direct and transport is not None and self.sent.get(name) == first and self.logs.get(name) is tlog
                 and name not in self.dirty
                 and not transport.is_closing() and transport.get_write_buffer_size() <= HIGH_WATER):
             head = tlog.head
-            transport.writelines(records_frame(name, first, segment_base, head - first, head,
-                                                [data if type(data) is bytes else bytes(data)]))
+            transport.writelines(records_frame(name, first, segment_base, head - first, head, [raw]))
             self.sent[name] = head
             return
         self.dirty.add(name)
-        got = self._tails.get(tlog.name)
+        got = self._tails.get(name)
         if got is None or got[0] is not tlog:  # a topic deleted and made again: its own log
-            got = self._tails[tlog.name] = (tlog, deque())
-        got[1].append((first, tlog.head, segment_base, data if type(data) is bytes else bytes(data)))
+            got = self._tails[name] = (tlog, deque())
+        got[1].append((first, tlog.head, segment_base, raw))
         self._tail_bytes += len(data)
         if self._tail_bytes > TAIL:
             self._tails.clear()
