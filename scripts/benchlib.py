@@ -147,6 +147,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def pin(pid: int, cpus: set[int]) -> None:
+    """Run every thread of process ``pid`` on ``cpus`` only (sched_setaffinity
+    of each task in /proc/<pid>/task; threads it starts later inherit it)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(task), cpus)
+        except ProcessLookupError:
+            pass
+
+
 def children_cpu_seconds() -> float:
     """User + system CPU of this process's children that have been waited
     for, and of their waited-for children (getrusage RUSAGE_CHILDREN)."""
