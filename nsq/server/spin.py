@@ -20,7 +20,10 @@ as Go's scheduler spins only while a processor is idle (runtime/proc.go,
 Without a window after every read, :meth:`Spinner.touch_alone` starts one
 only for a request from a lone source: nsqd's ``--spin-after-lone-pub``
 (on by default) for the PUB of the only producer publishing, which waits
-for its ``OK`` before the next PUB.
+for its ``OK`` before the next PUB. Such a producer is often still
+runnable on its way into that wait when its PUB is read; a gate that
+counts it reads a two-core machine as busy at the very moment a window
+would start, so these spinners leave it out (``peers``).
 
 The kernel's own busy polling (``SO_BUSY_POLL``, ``net.core.busy_poll``)
 needs a NIC driver with NAPI busy-poll support and does nothing for
@@ -52,7 +55,11 @@ class Spinner:
     """Keeps ``loop`` polling for ``window`` seconds after the last
     :meth:`touch`; with ``when_idle_cpu`` (the default) only while fewer
     tasks are runnable than the machine has CPUs (:func:`runnable_tasks`;
-    without ``/proc``, always).
+    without ``/proc``, always). ``peers``: tasks left out of that count,
+    each runnable when a read comes and then waiting for this loop's answer
+    (the lone producer that wrote the PUB, the leader that wrote the page
+    a replica acknowledges): counted, they read as busy exactly when a
+    window would start, and the gate would shut it for a whole reading.
 
     Raises:
         ValueError: ``window`` is not positive.
@@ -69,7 +76,8 @@ class Spinner:
     #: how often the runnable count is read (s)
     CHECK_EVERY = 0.02
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, window: float, when_idle_cpu: bool = True) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, window: float, when_idle_cpu: bool = True,
+                 peers: int = 0) -> None:
         if window <= 0:
             raise ValueError(f"spin window must be positive, not {window!r}")
         self._loop = loop
@@ -84,7 +92,7 @@ class Spinner:
                 runnable_tasks(self._fd)
             except (OSError, ValueError, IndexError):  # no /proc (not Linux): spin always
                 self.close()
-        self._cpus = os.cpu_count() or 1  # the machine's, as the runnable count is
+        self._cpus = (os.cpu_count() or 1) + peers  # the machine's, as the runnable count is
         self._checked = -1.0
         self._idle_cpu = True
         self._last = 0

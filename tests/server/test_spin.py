@@ -75,6 +75,42 @@ async def test_no_window_while_every_core_is_busy():
     spinner.close()
 
 
+async def test_a_peer_waiting_for_the_answer_is_not_counted_busy():
+    """With one busy process fewer than cores (this test's is the last), a
+    read starts no window, unless the spinner leaves one peer out of the
+    count (the lone producer waiting for its OK); with every core busy,
+    not even then."""
+    loop = asyncio.get_running_loop()
+    plain, peered = Spinner(loop, 0.05), Spinner(loop, 0.05, peers=1)
+    cores = os.cpu_count() or 1  # the spinner's count, as the kernel's runnable count is machine-wide
+
+    async def windows(spinner: Spinner, want: bool) -> None:
+        deadline = loop.time() + 30
+        while True:  # a reading is kept CHECK_EVERY: touch after it, until the burners are counted
+            await asyncio.sleep(Spinner.CHECK_EVERY)
+            spinner.touch(loop.time())
+            if spinner.running == want:
+                break
+            assert loop.time() < deadline, f"spinning={spinner.running} with {len(burners)} busy processes"
+            while spinner.running:
+                await asyncio.sleep(0.02)
+        while spinner.running:
+            await asyncio.sleep(0.02)
+
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores - 1)]
+    try:
+        await windows(plain, False)
+        await windows(peered, True)
+        burners.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        await windows(peered, False)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+        plain.close()
+        peered.close()
+
+
 def test_spinner_needs_a_positive_window():
     with pytest.raises(ValueError):
         Spinner(asyncio.new_event_loop(), 0)

@@ -158,7 +158,7 @@ class NSQD:
         if self.options.spin_before_sleep > 0:
             self.spinner = Spinner(self._loop, self.options.spin_before_sleep)
         elif self.options.spin_after_lone_pub > 0:
-            self.pub_spinner = Spinner(self._loop, self.options.spin_after_lone_pub)
+            self.pub_spinner = Spinner(self._loop, self.options.spin_after_lone_pub, peers=1)
         self._stopped = asyncio.Event()
         self.start_time = int(time.time())
         self._setup_tls()

@@ -179,7 +179,8 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
                "without --spin-before-sleep: keep polling this long after a PUB from a producer that is the "
                "only one publishing (no other connection's PUB within the last 1ms), so its next PUB is read "
                "without the kernel's wake-up (a PUB read whole on a connection without TLS, compression or "
-               "AUTH); only while a core is idle, as --spin-before-sleep (0s: off)"),
+               "AUTH); only while a core is idle, as --spin-before-sleep, the producer waiting for its OK not "
+               "counted as busy (0s: off)"),
     OptionSpec("drain-timeout", "drain_timeout", "duration",
                "on SIGTERM/SIGINT or POST /drain: unregister from lookupd, stop accepting connections and "
                "publishes, stop delivering, and wait up to this long for messages in flight to be finished "
