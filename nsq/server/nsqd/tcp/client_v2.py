@@ -516,7 +516,7 @@ class ClientV2(asyncio.Protocol):
         pack = _MSG_FRAME_HDR.pack
         room = self.OUT_BUDGET - len(out)
         n = len(msgs)
-        if sum(map(len, map(_BODY, msgs))) + 30 * n < room:  # all fit (the usual case): no check per message
+        if (len(msgs[0][1]) if n == 1 else sum(map(len, map(_BODY, msgs)))) + 30 * n < room:  # all fit: no check per message
             for msg_id, body, ts, attempts, _, _, _, _ in msgs:
                 out += pack(len(body) + 30, 2, ts, attempts)
                 out += msg_id
