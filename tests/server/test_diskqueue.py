@@ -673,3 +673,30 @@ def test_put_many_failure_reports_how_many_were_stored(tmp_path):
     dq._open_write_file = real_open
     assert dq.read_many(10) == [msg(0), msg(1)]
     dq.close()
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_held_reads_one_at_a_time_match_batched_reads_across_files_and_the_tail(tmp_path, n):
+    """A RDY 1 worker's reads (``read_held(1)``, served from the read-ahead
+    buffer) and batched ones return the same records in order, across file
+    rolls and while the reader catches up with the writer; once each is
+    released the files read are removed and the depth is 0."""
+    dq = new(tmp_path, max_bytes=300)  # a few records per file
+    sent = [msg(i, body_len=4 + (i * 37) % 90) for i in range(120)]
+    got = []
+    for chunk in range(0, len(sent), 20):
+        dq.put_many(sent[chunk:chunk + 20])
+        while True:  # read up to the writer: the last records of the write file come from its tail
+            records, token = dq.read_held(n)
+            if not records:
+                break
+            got += records
+            assert dq.depth == min(chunk + 20, len(sent)) - len(got)
+            for _ in records:
+                dq.release(token)
+    assert [bytes(r) for r in got] == sent
+    assert dq.depth == 0
+    dq.sync()
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".dat") and "meta" not in p.name)
+    assert left == [os.path.basename(data_file(tmp_path, dq.write_file_num))]
+    dq.close()

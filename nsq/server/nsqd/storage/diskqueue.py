@@ -361,6 +361,22 @@ class DiskQueue(BackendQueue):
         if self._synced_releases:
             self._take_synced_releases()
         num, pos = self.read_file_num, self.read_pos
+        if n == 1 and self._rfd_num == num:  # a RDY 1 worker's read: _take_buffered of one, inline
+            rbuf = self._rbuf
+            off = pos - self._rbuf_start
+            if 0 <= off and off + 4 <= len(rbuf):
+                (size,) = _SIZE.unpack_from(rbuf, off)
+                end = pos + 4 + size
+                last = num >= self.write_file_num  # as _take_buffered: the write file's end bounds it
+                limit = self.write_pos if last else (self._rsize - 1 if self._rsize is not None else -1)
+                if (self.min_msg_size <= size <= self.max_msg_size and end <= limit
+                        and off + 4 + size <= len(rbuf)):
+                    self.read_pos = end
+                    self.depth -= 1
+                    self._dirty = True
+                    if last and (end >= limit or num > self.write_file_num):  # at the tail
+                        self._check_tail_corruption()
+                    return [rbuf[off + 4:off + 4 + size]], self.held.take(num, pos, 1)
         records: list[bytes] = []
         if self._rfd_num == num:  # whole records read ahead: no read() for them
             self._take_buffered(records, n)
