@@ -23,7 +23,7 @@ only for a request from a lone source: nsqd's ``--spin-after-lone-pub``
 for its ``OK`` before the next PUB. Such a producer is often still
 runnable on its way into that wait when its PUB is read; a gate that
 counts it reads a two-core machine as busy at the very moment a window
-would start, so these spinners leave it out (``peers``).
+would start, so that spinner leaves it out (``peers``).
 
 The kernel's own busy polling (``SO_BUSY_POLL``, ``net.core.busy_poll``)
 needs a NIC driver with NAPI busy-poll support and does nothing for
@@ -57,9 +57,9 @@ class Spinner:
     tasks are runnable than the machine has CPUs (:func:`runnable_tasks`;
     without ``/proc``, always). ``peers``: tasks left out of that count,
     each runnable when a read comes and then waiting for this loop's answer
-    (the lone producer that wrote the PUB, the leader that wrote the page
-    a replica acknowledges): counted, they read as busy exactly when a
-    window would start, and the gate would shut it for a whole reading.
+    (the lone producer that wrote the PUB): counted, they read as busy
+    exactly when a window would start, and the gate would shut it for a
+    whole reading.
 
     Raises:
         ValueError: ``window`` is not positive.

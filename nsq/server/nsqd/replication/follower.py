@@ -191,7 +191,7 @@ class Follower:
         if int(hello.get("acks") or 0) >= 1 and self.nsqd.spinner is None:
             # the leader's publishers wait for this node's acks: poll for the next page a moment
             # before sleeping, where a core is idle (nsq.server.spin)
-            own = self.spinner = Spinner(loop, ACKED_SPIN, peers=1)
+            own = self.spinner = Spinner(loop, ACKED_SPIN)
         spinner = self.nsqd.spinner or own
         try:
             async for msg in ws:
