@@ -23,7 +23,9 @@ ACTOR = Actor(user="alice", remote_ip="10.0.0.7:51234", user_agent="pilot/1.0", 
 
 def make_app(cl: AdminCluster, *, endpoint: str = "", read_only: bool = False, nsqd: list[str] | None = None,
              **kw) -> AdminApp:
-    cluster = Cluster([] if nsqd else [cl.lookupd_http], nsqd or [], connect_timeout=1.0, request_timeout=2.0)
+    # lookupd, the nsqds and the app share this test's loop: on a loaded machine a request may wait
+    # seconds for its turn (a 2 s limit once failed an action there); no test here waits for a timeout
+    cluster = Cluster([] if nsqd else [cl.lookupd_http], nsqd or [], connect_timeout=5.0, request_timeout=15.0)
     admin = Admin(cluster, ACTOR, endpoint)
     cl.extra += [admin, cluster]
     return AdminApp(cluster, None if read_only else admin, read_only=read_only, refresh_interval=0.2, **kw)

@@ -33,7 +33,7 @@ async def closers() -> AsyncIterator[list]:
 
 
 def nsqd_app(closers: list, addresses: list[str], *, endpoint: str = "", read_only: bool = False) -> AdminApp:
-    cluster = Cluster([], addresses, connect_timeout=1.0, request_timeout=2.0)
+    cluster = Cluster([], addresses, connect_timeout=5.0, request_timeout=15.0)  # loaded machines: see test_admin.make_app
     admin = Admin(cluster, ACTOR, endpoint)
     closers.extend([admin, cluster])
     return AdminApp(cluster, None if read_only else admin, read_only=read_only, refresh_interval=0.2)

@@ -63,7 +63,7 @@ async def clusters() -> AsyncIterator[list[Cluster]]:
 
 
 def make_app(clusters: list[Cluster], nsqd: list[str], **kw) -> AdminApp:
-    cluster = Cluster([], nsqd, connect_timeout=1.0, request_timeout=2.0)
+    cluster = Cluster([], nsqd, connect_timeout=5.0, request_timeout=15.0)  # loaded machines: see test_admin.make_app
     clusters.append(cluster)
     kw.setdefault("refresh_interval", 0.2)
     return AdminApp(cluster, None, **kw)
