@@ -361,22 +361,18 @@ class DiskQueue(BackendQueue):
         if self._synced_releases:
             self._take_synced_releases()
         num, pos = self.read_file_num, self.read_pos
-        if n == 1 and self._rfd_num == num:  # a RDY 1 worker's read: _take_buffered of one, inline
-            rbuf = self._rbuf
-            off = pos - self._rbuf_start
-            if 0 <= off and off + 4 <= len(rbuf):
-                (size,) = _SIZE.unpack_from(rbuf, off)
+        if n == 1 and self._rfd_num == num:  # a RDY 1 worker's read: _take_buffered of one, without its loop
+            limit, off = self._buffered_limit(), pos - self._rbuf_start
+            if pos + 4 <= limit and off >= 0:
+                (size,) = _SIZE.unpack_from(self._rbuf, off)
                 end = pos + 4 + size
-                last = num >= self.write_file_num  # as _take_buffered: the write file's end bounds it
-                limit = self.write_pos if last else (self._rsize - 1 if self._rsize is not None else -1)
-                if (self.min_msg_size <= size <= self.max_msg_size and end <= limit
-                        and off + 4 + size <= len(rbuf)):
+                if self.min_msg_size <= size <= self.max_msg_size and end <= limit:
                     self.read_pos = end
                     self.depth -= 1
                     self._dirty = True
-                    if last and (end >= limit or num > self.write_file_num):  # at the tail
+                    if num >= self.write_file_num:
                         self._check_tail_corruption()
-                    return [rbuf[off + 4:off + 4 + size]], self.held.take(num, pos, 1)
+                    return [self._rbuf[off + 4:off + 4 + size]], self.held.take(num, pos, 1)
         records: list[bytes] = []
         if self._rfd_num == num:  # whole records read ahead: no read() for them
             self._take_buffered(records, n)
@@ -460,17 +456,24 @@ class DiskQueue(BackendQueue):
                 self._take_buffered(out, n)
         return out
 
+    def _buffered_limit(self) -> int:
+        """The file position (bytes) up to which whole records may be taken
+        from the read file's read-ahead buffer: its end, the write position
+        in the write file, short of a completed file's last record (that one
+        goes through :meth:`read`, which moves on); -1 while that is unknown."""
+        if self.read_file_num < self.write_file_num:
+            if self._rsize is None:
+                return -1
+            limit = self._rsize - 1
+        else:
+            limit = self.write_pos
+        return min(limit, self._rbuf_start + len(self._rbuf))
+
     def _take_buffered(self, out: list[bytes], n: int) -> None:
         """Append to ``out`` (up to ``n`` in all) the whole records after
         :attr:`read_pos` in the read-ahead buffer of the open read file."""
-        if self.read_file_num < self.write_file_num:
-            if self._rsize is None:
-                return
-            limit = self._rsize - 1  # the file's last record goes through read(), which moves on
-        else:
-            limit = self.write_pos
         rbuf, start = self._rbuf, self._rbuf_start
-        limit = min(limit, start + len(rbuf))
+        limit = self._buffered_limit()
         lo, hi, unpack = self.min_msg_size, self.max_msg_size, _SIZE.unpack_from
         pos = self.read_pos
         had = len(out)
