@@ -261,9 +261,10 @@ async def serve_daemon(daemon: Any, log: Any, banner: tuple[str, ...] = ()) -> i
         raise
     held.replay()
     from nsq.server.gctune import tune_for_daemon
-    from nsq.server.memtrim import trim_periodically
+    from nsq.server.memtrim import trim_periodically, tune_malloc
 
     tune_for_daemon()
+    tune_malloc()
     trimmer = asyncio.get_running_loop().create_task(trim_periodically())
     signals = stop_event()
     wait_stopped = getattr(daemon, "wait_stopped", None)  # nsqd can stop itself (POST /drain)
