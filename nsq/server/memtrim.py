@@ -38,11 +38,14 @@ try:  # glibc only; elsewhere (musl, macOS, Windows) there is nothing to call
     _trim = _libc.malloc_trim
     _trim.argtypes = [ctypes.c_size_t]
     _trim.restype = ctypes.c_int
+except (OSError, AttributeError):
+    _trim = None
+try:
     _mallopt = _libc.mallopt
     _mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     _mallopt.restype = ctypes.c_int
-except (OSError, AttributeError):
-    _trim = _mallopt = None
+except (NameError, AttributeError):  # no libc loaded, or no mallopt in it
+    _mallopt = None
 
 
 def tune_malloc() -> bool:

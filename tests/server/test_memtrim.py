@@ -14,7 +14,7 @@ from nsq.server.memtrim import MMAP_THRESHOLD
 #: how many bytes a fresh 4 MiB bytearray adds to glibc's mmapped blocks (mallinfo2 ``hblkhd``)
 PROBE = """
 import ctypes, ctypes.util, sys
-from nsq.server.memtrim import malloc_trim, tune_malloc
+from nsq.server.memtrim import tune_malloc
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in
                 ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
