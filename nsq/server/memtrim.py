@@ -31,27 +31,25 @@ TRIM_THRESHOLD = 16 << 20
 _M_TRIM_THRESHOLD = -1  # glibc malloc.h
 _M_MMAP_THRESHOLD = -3
 
-_trim = None
-_mallopt = None
 try:  # glibc only; elsewhere (musl, macOS, Windows) there is nothing to call
-    _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    _trim = _libc.malloc_trim
+    _libc: ctypes.CDLL | None = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+except OSError:
+    _libc = None
+_trim = getattr(_libc, "malloc_trim", None)
+if _trim is not None:
     _trim.argtypes = [ctypes.c_size_t]
     _trim.restype = ctypes.c_int
-except (OSError, AttributeError):
-    _trim = None
-try:
-    _mallopt = _libc.mallopt
+_mallopt = getattr(_libc, "mallopt", None)
+if _mallopt is not None:
     _mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     _mallopt.restype = ctypes.c_int
-except (NameError, AttributeError):  # no libc loaded, or no mallopt in it
-    _mallopt = None
 
 
 def tune_malloc() -> bool:
     """Keep freed blocks for reuse between scavenges (:func:`trim_periodically`)
-    instead of handing them to the OS at each ``free``; False where glibc's
-    ``mallopt`` is unavailable.
+    instead of handing them to the OS at each ``free`` (glibc ``mallopt(3)``:
+    ``M_MMAP_THRESHOLD``, ``M_TRIM_THRESHOLD``). Returns True once both are
+    set; False where ``mallopt`` is unavailable or refuses them. Raises nothing.
 
     glibc's defaults give a block of 128 KiB or more its own ``mmap`` (the
     threshold rises to the largest such block freed) and give the heap's top

@@ -370,8 +370,8 @@ class DiskQueue(BackendQueue):
                     self.read_pos = end
                     self.depth -= 1
                     self._dirty = True
-                    if num >= self.write_file_num:
-                        self._check_tail_corruption()
+                    if num >= self.write_file_num and (end >= self.write_pos or num > self.write_file_num):
+                        self._check_tail_corruption()  # at the tail only, as _check_tail_corruption's own test
                     return [self._rbuf[off + 4:off + 4 + size]], self.held.take(num, pos, 1)
         records: list[bytes] = []
         if self._rfd_num == num:  # whole records read ahead: no read() for them
