@@ -27,6 +27,14 @@ sys.path.insert(0, ROOT)
 
 from nsq.apps.bench import parse_latency_line, parse_result_line  # noqa: E402  (after the re-exec above)
 
+import compileall  # noqa: E402
+import nsq  # noqa: E402
+
+# The daemons a benchmark starts read the package's bytecode, as an installed
+# nsq or the zipapp does, also where PYTHONDONTWRITEBYTECODE is set: else each
+# start compiles ~80 modules from source (+0.1-0.25 s to /ping here).
+compileall.compile_dir(os.path.dirname(nsq.__file__), quiet=2)
+
 NSQ = [sys.executable, "-m", "nsq"]
 
 
