@@ -28,12 +28,15 @@ sys.path.insert(0, ROOT)
 from nsq.apps.bench import parse_latency_line, parse_result_line  # noqa: E402  (after the re-exec above)
 
 import compileall  # noqa: E402
-import nsq  # noqa: E402
 
 # The daemons a benchmark starts read the package's bytecode, as an installed
 # nsq or the zipapp does, also where PYTHONDONTWRITEBYTECODE is set: else each
-# start compiles ~80 modules from source (+0.1-0.25 s to /ping here).
-compileall.compile_dir(os.path.dirname(nsq.__file__), quiet=2)
+# start compiles ~80 modules from source (+0.1-0.25 s to /ping here). Also a
+# worktree's package named by PYTHONPATH for an A/B (whose daemons must start
+# outside the repository: `python -m` puts the working directory first).
+for _path in [ROOT, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]:
+    if _path and os.path.isdir(os.path.join(_path, "nsq")):
+        compileall.compile_dir(os.path.join(_path, "nsq"), quiet=2)
 
 NSQ = [sys.executable, "-m", "nsq"]
 

@@ -166,6 +166,37 @@ def test_a_damaged_older_segment_is_skipped_not_the_ones_after(tmp_path, caplog)
     assert "damaged record" in caplog.text
 
 
+def test_reading_on_into_sealed_segments_does_not_scan_them(tmp_path, caplog):
+    # a reader at a sealed segment's first record (a drain after a restart, moving on from
+    # segment to segment) starts at its byte 0: no scan of the whole segment for its index,
+    # which would hold the event loop for as long as reading the segment takes
+    path = str(tmp_path / "t.wal")
+    tlog = TopicLog("t", path, 3000, 100)
+    for i in range(0, 300, 10):
+        tlog.append(_records(10, i))
+    tlog.close()
+    tlog = TopicLog("t", path, 3000, 100)
+    sealed = list(tlog._segments[:-1])
+    assert len(sealed) >= 3 and all(s.index is None for s in sealed)
+    assert [r[0] for r in _read_all(tlog, 0)] == list(range(300))
+    assert all(s.index is None for s in sealed)
+    # a read from the middle of a sealed segment still finds its record (the index, built then)
+    mid = sealed[1].base + 3
+    records, _ = tlog.read(mid, 1)
+    assert records[0][0] == mid and sealed[1].index is not None
+    tlog.close()
+    # a sealed segment whose first record is damaged is skipped from its start, as before
+    first = os.path.join(path, f"{sealed[1].base:020d}.log")
+    with open(first, "r+b") as fh:
+        fh.seek(10)
+        fh.write(b"\x00\x01\x02\x03")
+    tlog = TopicLog("t", path, 3000, 100)
+    got = [r[0] for r in _read_all(tlog, 0)]
+    assert got == list(range(sealed[1].base)) + list(range(sealed[2].base, 300))
+    assert "damaged record" in caplog.text
+    tlog.close()
+
+
 def test_segments_below_the_floor_are_deleted_never_the_newest(tmp_path):
     path = str(tmp_path / "t.wal")
     tlog = TopicLog("t", path, 2000, 100)

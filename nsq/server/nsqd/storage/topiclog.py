@@ -391,11 +391,16 @@ class TopicLog(AppendFile):
 
     def _position(self, seg: Segment, offset: int) -> int:
         """The byte position of ``offset`` in ``seg``: where a read ended
-        there (:func:`read_ended`), else walked to over record headers from
-        the nearest sparse-index entry before it."""
+        there (:func:`read_ended`), 0 for the segment's first record, else
+        walked to over record headers from the nearest sparse-index entry
+        before it (the index is built by a scan of the segment on first use)."""
         known = self._read_ends.get(offset)
         if known is not None and known[0] == seg.base:
             return known[1]
+        if offset == seg.base:
+            # its first record, at byte 0: a reader moving on into a sealed segment (or starting
+            # at one) needs no index, whose scan reads the whole segment on the event loop
+            return 0
         if seg.index is None:
             self._scan(seg)
         assert seg.index is not None
