@@ -148,17 +148,27 @@ def test_garbage_in_the_newest_segment_keeps_everything_before_it(tmp_path):
     assert [r[0] for r in _read_all(tlog)] == list(range(12))
 
 
-def test_a_damaged_older_segment_is_skipped_not_the_ones_after(tmp_path, caplog):
-    path = str(tmp_path / "t.wal")
+def _closed_log_of_300(path: str) -> list[int]:
+    """300 records in segments of 3,000 bytes at ``path``, closed; the segments' bases."""
     tlog = TopicLog("t", path, 3000, 100)
     for i in range(0, 300, 10):
         tlog.append(_records(10, i))
     bases = [b for b, _ in tlog.segments()]
     tlog.close()
-    second = os.path.join(path, f"{bases[1]:020d}.log")
-    with open(second, "r+b") as fh:
-        fh.seek(500)
+    return bases
+
+
+def _damage(path: str, base: int, at: int) -> None:
+    """Overwrite 4 bytes at byte ``at`` of the segment starting at offset ``base``."""
+    with open(os.path.join(path, f"{base:020d}.log"), "r+b") as fh:
+        fh.seek(at)
         fh.write(b"\x00\x01\x02\x03")
+
+
+def test_a_damaged_older_segment_is_skipped_not_the_ones_after(tmp_path, caplog):
+    path = str(tmp_path / "t.wal")
+    bases = _closed_log_of_300(path)
+    _damage(path, bases[1], 500)
     tlog = TopicLog("t", path, 3000, 100)
     got = [r[0] for r in _read_all(tlog)]
     assert got[:bases[1]] == list(range(bases[1]))  # before the damage
@@ -171,10 +181,7 @@ def test_reading_on_into_sealed_segments_does_not_scan_them(tmp_path, caplog):
     # segment to segment) starts at its byte 0: no scan of the whole segment for its index,
     # which would hold the event loop for as long as reading the segment takes
     path = str(tmp_path / "t.wal")
-    tlog = TopicLog("t", path, 3000, 100)
-    for i in range(0, 300, 10):
-        tlog.append(_records(10, i))
-    tlog.close()
+    _closed_log_of_300(path)
     tlog = TopicLog("t", path, 3000, 100)
     sealed = list(tlog._segments[:-1])
     assert len(sealed) >= 3 and all(s.index is None for s in sealed)
@@ -186,10 +193,7 @@ def test_reading_on_into_sealed_segments_does_not_scan_them(tmp_path, caplog):
     assert records[0][0] == mid and sealed[1].index is not None
     tlog.close()
     # a sealed segment whose first record is damaged is skipped from its start, as before
-    first = os.path.join(path, f"{sealed[1].base:020d}.log")
-    with open(first, "r+b") as fh:
-        fh.seek(10)
-        fh.write(b"\x00\x01\x02\x03")
+    _damage(path, sealed[1].base, 10)
     tlog = TopicLog("t", path, 3000, 100)
     got = [r[0] for r in _read_all(tlog, 0)]
     assert got == list(range(sealed[1].base)) + list(range(sealed[2].base, 300))
