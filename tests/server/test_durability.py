@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -464,24 +465,34 @@ async def test_sync_every_1_pipelined_publishes_each_wait_their_fsync(tmp_path):
         await d.stop()
 
 
-async def test_sync_every_1_group_commit(tmp_path):
+def _store(d: NSQD, topic: str, storage: str):
+    """The file a topic's publishes are synced in: its topic log or its disk queue."""
+    return d.topics[topic].log if storage == "wal" else d.topics[topic].backend
+
+
+async def test_sync_every_1_group_commit(tmp_path, storage):
     """32 producers publishing at once with --sync-every=1: each OK follows
     an fsync that began after its write, and the publishes that wrote while
     one fsync ran share the next (far fewer syncs than publishes)."""
-    d = await start(tmp_path, mem_queue_size=0, sync_every=1)
+    d = await start(tmp_path, mem_queue_size=0, sync_every=1, storage=storage)
     try:
         async with Producer(d.tcp_address) as p:
             await p.publish("g", b"first")  # the topic and its disk queue exist
-        dq = d.topics["g"].backend
+        dq = _store(d, "g", storage)
         syncs = 0
-        real = dq.sync_in_background
+        real, real_inline = dq.sync_in_background, dq.sync
 
         def counted():
             nonlocal syncs
             syncs += 1
             return real()
 
-        dq.sync_in_background = counted
+        def counted_inline():
+            nonlocal syncs
+            syncs += 1
+            return real_inline()
+
+        dq.sync_in_background, dq.sync = counted, counted_inline
         producers = [Producer(d.tcp_address) for _ in range(32)]
 
         async def publish(p: Producer, i: int) -> None:
@@ -493,8 +504,48 @@ async def test_sync_every_1_group_commit(tmp_path):
         finally:
             for p in producers:
                 await p.close()
-        state = read_slots((tmp_path / "g.diskqueue.meta.dat").read_bytes())
-        assert state is not None and state[0][0] == 641
+        assert d.topics["g"].depth == 641
         assert 0 < syncs < 320, f"{syncs} syncs for 640 publishes"
+    finally:
+        await d.stop()
+
+
+async def test_sync_every_1_lone_publisher_syncs_on_the_loop_unless_the_disk_is_slow(tmp_path, storage):
+    """One producer with --sync-every=1: its fsync runs on the event loop
+    (no disk-thread hand-over) and its OK follows it. An fsync that takes
+    longer than DataPath.INLINE_SYNC_MAX sends the next ones to the disk
+    thread, so a slow disk never holds the loop again."""
+    import threading
+
+    d = await start(tmp_path, mem_queue_size=0, sync_every=1, storage=storage)
+    try:
+        async with Producer(d.tcp_address) as p:
+            await p.publish("lone", b"first")  # the topic and its store exist
+            q = _store(d, "lone", storage)
+            real_bg, real_inline = q.sync_in_background, q.sync
+            where: list[str] = []
+            slow = False
+
+            def inline():
+                assert threading.current_thread() is threading.main_thread()
+                if slow:
+                    time.sleep(d.disk.INLINE_SYNC_MAX * 2)
+                where.append("loop")
+                real_inline()
+
+            def background():
+                where.append("thread")
+                return real_bg()
+
+            q.sync, q.sync_in_background = inline, background
+            for i in range(3):
+                await p.publish("lone", b"m%d" % i)
+            assert where == ["loop"] * 3
+            slow = True
+            await p.publish("lone", b"slow")
+            for i in range(3):
+                await p.publish("lone", b"after%d" % i)
+            assert where == ["loop"] * 4 + ["thread"] * 3
+        assert d.topics["lone"].depth == 8
     finally:
         await d.stop()

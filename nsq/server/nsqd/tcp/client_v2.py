@@ -267,9 +267,8 @@ class ClientV2(asyncio.Protocol):
                 self.close()
                 break
             if self._owed:
-                # --sync-every=1: what this command wrote must be fsynced (in
-                # the disk thread) before its answer goes out and before the
-                # next command runs; other clients go on meanwhile
+                # --sync-every=1: what this command wrote must be fsynced (DataPath.durability_barrier)
+                # before its answer goes out and before the next command runs
                 barrier = nsqd.durability_barrier()
                 if barrier is not None:
                     self._wait_for(barrier)
