@@ -398,3 +398,42 @@ async def test_config_unknown_option(http: HTTP):
 async def test_config_get_known_option(http: HTTP):
     status, body = await http.get("/config/mem_queue_size")
     assert (status, json.loads(body)) == (200, 10000)
+
+
+async def test_stats_json_written_from_the_topics_is_the_typed_stats_json(make_nsqd, tmp_path):
+    """``/stats?format=json`` is written straight from the topics
+    (``get_stats``); the typed stats (``collect_stats``, read by the text
+    report, statsd, ``/metrics`` and the auth filter) give the same bytes,
+    for every filter, with clients, latency windows, a paused topic, a
+    channel-less topic and (with --storage=wal) the topic log's figures."""
+    import orjson
+
+    from nsq.server.nsqd.stats.collect import collect_stats, get_stats
+
+    d = await make_nsqd(data_path=str(tmp_path), e2e_processing_latency_percentiles=[0.5, 0.99])
+    sub = await Conn.open(d.tcp_port)
+    pub = await Conn.open(d.tcp_port)
+    try:
+        await sub.subscribe("t", "ch", 10)
+        for i in range(5):
+            await pub.publish("t", b"m%d" % i)
+        for _ in range(3):
+            m = await sub.read_message(timeout=5)
+            await sub.send(b"FIN " + m.id + b"\n")
+        await pub.publish("lonely", b"x")  # a topic without channels
+        d.get_topic("t").get_channel("second")
+        d.get_topic("p").pause()
+        for topic, channel, clients, mem in [("", "", True, False), ("t", "", True, False), ("t", "ch", False, False),
+                                             ("", "second", True, False), ("nothing", "", True, False),
+                                             ("lonely", "", False, False), ("", "", False, False)]:
+            direct = get_stats(d, topic, channel, clients, mem)
+            assert orjson.dumps(direct) == orjson.dumps(collect_stats(d, topic, channel, clients, mem).to_json())
+        full = get_stats(d, include_mem=False)
+        assert [t["topic_name"] for t in full["topics"]] == ["lonely", "p", "t"]
+        t = full["topics"][2]
+        assert [c["channel_name"] for c in t["channels"]] == ["ch", "second"]
+        assert t["e2e_processing_latency"]["count"] == 3 and len(t["e2e_processing_latency"]["percentiles"]) == 2
+        assert ("head_offset" in t) == (d.topics["t"].store.log is not None)
+    finally:
+        await sub.aclose()
+        await pub.aclose()

@@ -34,7 +34,7 @@ from nsq.server.nsqd.http.replay import add_routes as add_log_routes
 from nsq.server.nsqd.http.auth import AUTH_KEY, auth_middleware, filter_stats
 from nsq.server.nsqd.stats.metrics import metrics_handler
 from nsq.server.nsqd.options import SPEC_BY_CFG, describe
-from nsq.server.nsqd.stats.collect import collect_stats
+from nsq.server.nsqd.stats.collect import collect_stats, get_stats
 from nsq.server.nsqd.stats.text import render_text
 from nsq.server.nsqd.delivery.topic import TopicFull
 from nsq.server.nsqd.storage.backend import NotReplicated
@@ -242,9 +242,12 @@ class NSQDHTTPServer:
         q = request.query
         include_clients = _BOOL.get(q.get("include_clients", ""), True)
         include_mem = _BOOL.get(q.get("include_mem", ""), True)
-        stats = collect_stats(self.nsqd, q.get("topic", ""), q.get("channel", ""), include_clients, include_mem)
+        topic, channel, state = q.get("topic", ""), q.get("channel", ""), request.get(AUTH_KEY)
+        if q.get("format") == "json" and state is None:
+            return _json(get_stats(self.nsqd, topic, channel, include_clients, include_mem))
+        stats = collect_stats(self.nsqd, topic, channel, include_clients, include_mem)
         # --http-auth-required: only what the request's identity may subscribe to
-        stats = filter_stats(stats, request.get(AUTH_KEY), q.get("topic", ""), q.get("channel", ""))
+        stats = filter_stats(stats, state, topic, channel)
         if q.get("format") == "json":
             return _json(stats.to_json())
         return _text(render_text(stats))
