@@ -321,7 +321,7 @@ class DataPath:
                 try:
                     queue.sync()
                 except OSError as exc:
-                    log.error("failed to sync - %s", exc)
+                    log.error("%r: failed to sync - %s", queue, exc)
                     failure = failure or exc
             ended = time.monotonic()
             if ended - started > self.INLINE_SYNC_MAX:  # a slow disk: the loop must not wait for it
