@@ -201,6 +201,43 @@ def test_reading_on_into_sealed_segments_does_not_scan_them(tmp_path, caplog):
     tlog.close()
 
 
+def test_a_sealed_segments_saved_index_spares_its_scan(tmp_path, monkeypatch):
+    # a roll saves the sealed segment's sparse index (<base>.index): after a restart a read
+    # from its middle loads it instead of scanning the segment; a damaged, missing or
+    # stale index file is refused and the segment is scanned as before
+    from nsq.server.nsqd.storage.logsegment import Segment
+
+    path = str(tmp_path / "t.wal")
+    bases = _closed_log_of_300(path)
+    assert sorted(int(f[:20]) for f in os.listdir(path) if f.endswith(".index")) == bases[:-1]
+    scanned: list[int] = []
+    real_scan = Segment.scan
+    monkeypatch.setattr(Segment, "scan", lambda seg, *a, **k: (scanned.append(seg.base), real_scan(seg, *a, **k)))
+
+    def read_middle() -> list[int]:
+        scanned.clear()
+        tlog = TopicLog("t", path, 3000, 100)
+        try:
+            for base, end in zip(bases, bases[1:]):
+                mid = (base + end) // 2
+                records, _ = tlog.read(mid, 2)
+                assert [r[0] for r in records] == [mid, mid + 1]
+                assert records[0][2] == b"x" * 40 + b"%d" % mid
+            return [b for b in scanned if b != bases[-1]]  # the newest is always scanned at open
+        finally:
+            tlog.close()
+
+    assert read_middle() == []
+    index = os.path.join(path, f"{bases[1]:020d}.index")
+    with open(index, "r+b") as fh:  # damaged
+        fh.seek(30)
+        fh.write(b"\xff")
+    os.remove(os.path.join(path, f"{bases[2]:020d}.index"))  # missing
+    with open(os.path.join(path, f"{bases[3]:020d}.log"), "ab") as fh:  # stale: the segment is not that size
+        fh.write(b"\0" * 8)
+    assert read_middle() == [bases[1], bases[2], bases[3]]
+
+
 def test_segments_below_the_floor_are_deleted_never_the_newest(tmp_path):
     path = str(tmp_path / "t.wal")
     tlog = TopicLog("t", path, 2000, 100)
@@ -209,7 +246,10 @@ def test_segments_below_the_floor_are_deleted_never_the_newest(tmp_path):
     bases = [b for b, _ in tlog.segments()]
     assert tlog.delete_before(bases[2]) == 2
     assert tlog.first == bases[2]
-    assert len(os.listdir(path)) == len(bases) - 2
+    logs = sorted(f for f in os.listdir(path) if f.endswith(".log"))
+    assert [int(f[:20]) for f in logs] == bases[2:]
+    # each sealed segment's saved index goes with it
+    assert sorted(int(f[:20]) for f in os.listdir(path) if f.endswith(".index")) == bases[2:-1]
     assert tlog.delete_before(10**9) == len(bases) - 3  # the newest stays
     assert tlog.read(0, 5)[0][0][0] == tlog.first
 

@@ -8,7 +8,8 @@ disk (Go: nsqd/message.go ``WriteTo``)::
 
 A segment file ``<20-digit first offset>.log`` holds whole records back to
 back; :class:`Segment` is what the log keeps of one (size, record count,
-read fd, sparse index).
+read fd, sparse index). A sealed segment's sparse index is also kept in
+``<20-digit first offset>.index`` (:meth:`Segment.save_index`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from nsq.protocol.message import MIN_MESSAGE_LENGTH
 log = logging.getLogger("nsq.nsqd")
 
 __all__ = ["LogRecord", "Segment", "encode_record", "encode_batch", "parse_record", "read_ended", "segment_name",
-           "FRAME", "HEAD", "SEGMENT_SUFFIX", "CHUNK", "INDEX_EVERY", "READ_ENDS",
+           "FRAME", "HEAD", "SEGMENT_SUFFIX", "INDEX_SUFFIX", "CHUNK", "INDEX_EVERY", "READ_ENDS",
            "LAST_READ_MAX"]
 
 #: size, crc32 of the payload
@@ -32,6 +33,12 @@ FRAME = struct.Struct(">II")
 #: the payload's head: defer ms, timestamp, attempts
 HEAD = struct.Struct(">IqH")
 SEGMENT_SUFFIX = ".log"
+#: a sealed segment's sparse index (:meth:`Segment.save_index`)
+INDEX_SUFFIX = ".index"
+#: its head: magic, segment size (bytes), record count, entries; then the
+#: entries (offset, byte position) as u64 pairs, then a u32 crc32c of all before
+INDEX_HEAD = struct.Struct(">8sQQI")
+INDEX_MAGIC = b"NSQIDX01"
 #: bytes read per pread when scanning or reading a segment
 CHUNK = 1 << 20
 #: one sparse-index entry per this many records
@@ -142,6 +149,69 @@ class Segment:
         seg.index = index
         seg.index_pos = index_pos
         seg.count = count
+
+    @property
+    def index_path(self) -> str:
+        """Where :meth:`save_index` keeps the sparse index: ``<first offset>.index``."""
+        return self.path[:-len(SEGMENT_SUFFIX)] + INDEX_SUFFIX
+
+    def save_index(self, topic: str) -> None:
+        """Write the sparse index of this segment, sealed by a roll, next to
+        it (Kafka keeps an ``.index`` per segment): after a restart a read
+        in its middle loads it (:meth:`load_index`) instead of scanning the
+        whole segment on the event loop. Not fsynced: a lost, torn or stale
+        file is refused by its checksum or its segment size, and the segment
+        is scanned as before. A failure is logged (naming ``topic``)."""
+        if self.index is None or self.count is None:
+            return
+        n = len(self.index)
+        body = INDEX_HEAD.pack(INDEX_MAGIC, self.size, self.count, n) + struct.pack(
+            f">{2 * n}Q", *[v for pair in zip(self.index, self.index_pos) for v in pair])
+        try:
+            with open(self.index_path, "wb") as fh:
+                fh.write(body + struct.pack(">I", _crc(body)))
+        except OSError as exc:
+            log.error("TOPIC(%s): failed to write %s - %s", topic, self.index_path, exc)
+
+    def load_index(self) -> bool:
+        """Take the sparse index and record count from :meth:`save_index`'s
+        file. False (nothing taken) if there is none, or it is damaged or
+        not this segment's as it is now (another size)."""
+        try:
+            with open(self.index_path, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return False
+        if len(data) < INDEX_HEAD.size + 4 or _crc(data[:-4]) != struct.unpack_from(">I", data, len(data) - 4)[0]:
+            return False
+        magic, size, count, n = INDEX_HEAD.unpack_from(data)
+        if magic != INDEX_MAGIC or size != self.size or len(data) != INDEX_HEAD.size + 16 * n + 4:
+            return False
+        values = struct.unpack_from(f">{2 * n}Q", data, INDEX_HEAD.size)
+        index, index_pos = list(values[::2]), list(values[1::2])
+        if n and (index[0] != self.base or index_pos[0] != 0):
+            return False
+        self.index, self.index_pos, self.count = index, index_pos, count
+        return True
+
+    def remove(self) -> None:
+        """Delete the segment file and its index file (either may be gone already).
+
+        Raises:
+            OSError: the segment could not be deleted.
+        """
+        self.drop_index()
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+
+    def drop_index(self) -> None:
+        """Delete the index file, if any (the segment is about to change)."""
+        try:
+            os.remove(self.index_path)
+        except OSError:
+            pass
 
     def walk(self, pos: int, skip: int) -> int:
         """The byte position ``skip`` records after the record at byte

@@ -62,10 +62,7 @@ class ReplicaLog(TopicLog):
         self._close_files()
         self._forget_reads()
         for seg in self._segments:
-            try:
-                os.remove(seg.path)
-            except FileNotFoundError:
-                pass
+            seg.remove()
         seg = Segment(base, os.path.join(self.path, segment_name(base)))
         seg.index = []
         seg.count = 0
@@ -93,8 +90,9 @@ class ReplicaLog(TopicLog):
             seg = self._segments.pop()
             self._bases.pop()
             seg.close()
-            os.remove(seg.path)
+            seg.remove()
         active = self._segments[-1]
+        active.drop_index()  # it changes: the newest segment never uses one
         pos = self._position(active, offset) if offset > active.base else 0
         if self._wfd is not None:
             os.close(self._wfd)

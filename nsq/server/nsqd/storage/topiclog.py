@@ -11,6 +11,7 @@ Files, under ``<data-path>/<topic>.wal/``::
 
     00000000000000000000.log   segment: records from offset 0
     00000000000000052113.log   the next segment: records from offset 52113
+    00000000000000000000.index a sealed segment's sparse index (derived)
     topic.json                 the topic's own state (which offsets were
                                handed to channels)
     <channel>.cursor           each durable channel's checkpoint
@@ -156,8 +157,9 @@ class TopicLog(AppendFile):
             self._unsynced_dirs.pop(0)
 
     def _scan(self, seg: Segment, repair: bool = False) -> None:
-        """:meth:`Segment.scan` (count, index; with ``repair`` cut a torn tail)."""
-        seg.scan(self.name, repair)
+        """:meth:`Segment.scan` (count, index; with ``repair`` cut a torn tail), or a sealed one's saved index."""
+        if repair or seg is self._segments[-1] or not seg.load_index():
+            seg.scan(self.name, repair)
 
     # -- appending -----------------------------------------------------------------
 
@@ -323,6 +325,7 @@ class TopicLog(AppendFile):
             self._sync_rolled(self._wfd).add_done_callback(lambda f: self._synced_to(f, mark, clean))
             os.close(self._wfd)
             self._wfd = None
+            prev.save_index(self.name)
         seg = Segment(self.head, os.path.join(self.path, segment_name(self.head)))
         seg.index = []
         seg.count = 0
@@ -510,9 +513,7 @@ class TopicLog(AppendFile):
             self._bases.pop(0)
             seg.close()
             try:
-                os.remove(seg.path)
-            except FileNotFoundError:
-                pass
+                seg.remove()
             except OSError as exc:
                 log.error("TOPIC(%s): failed to delete %s - %s", self.name, seg.path, exc)
             deleted += 1
