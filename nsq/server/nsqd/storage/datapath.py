@@ -284,6 +284,7 @@ class DataPath:
             mine: asyncio.Future[Any] = shared.get_loop().create_future()  # a waiter's cancel stays its own
             shared.add_done_callback(lambda f: _copy_outcome(f, mine))
             return mine
+        # a file the disk thread syncs (not a leader's replica acks, which have no ``background``)
         if turn and (self._turn_done is not None or not self._syncing) and getattr(queue, "background", None) is not None:
             if self._turn_done is None:
                 self._turn_done = asyncio.get_running_loop().create_future()
@@ -347,6 +348,8 @@ class DataPath:
         both.add_done_callback(lambda f: _copy_outcome(f, done))
 
     def _thread_sync(self, queue: Synced) -> asyncio.Future[Any] | None:
+        """Start ``queue``'s sync in the disk thread (noted in the group commit's
+        running set); its future, or None when nothing was owed."""
         fut = queue.sync_in_background()
         if fut is None:
             return None
